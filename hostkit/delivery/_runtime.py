@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import anyio
@@ -91,8 +92,11 @@ class DeliveryRuntime(Background):
     ``run()`` serves until cancelled or ``stop()``; ``drain()`` delivers what
     is due now and returns (``StoreError`` when its claims keep failing:
     ``FailedClaims``); ``async with runtime:`` runs ``run()`` in the
-    background. Up to ``concurrency`` sends are in flight; idle, the runtime
-    looks for due intents every ``idle_poll_s`` (``wake()`` looks at once).
+    background. Up to ``concurrency`` sends are in flight, at most
+    ``per_channel`` (half of them, rounded up) through one channel alias, so a
+    platform that hangs until ``send_timeout_s`` cannot hold every slot while
+    other channels' answers wait; idle, the runtime looks for due intents every
+    ``idle_poll_s`` (``wake()`` looks at once).
     Every send is bounded by ``send_timeout_s``, every store call by
     ``op_timeout_s``. Shutdown stops claiming, gives sends in flight
     ``grace_s`` (less when ``stop(within_s=...)`` leaves less), cuts off the
@@ -144,6 +148,7 @@ class DeliveryRuntime(Background):
         self.policy = policy or DeliveryPolicy()
         self._channels = channels
         self._concurrency = concurrency
+        self._per_channel = -(-concurrency // 2)
         self._idle_poll_s = float(idle_poll_s)
         self._send_timeout_s = float(send_timeout_s)
         self._op_timeout_s = float(op_timeout_s)
@@ -160,6 +165,8 @@ class DeliveryRuntime(Background):
         self._owner: str | None = None
         # intent id -> the shielded cancel scope of its send (cut off after the grace)
         self._inflight: dict[str, anyio.CancelScope] = {}
+        # intent id -> the channel alias of its send in flight (the claim's per-channel bound)
+        self._inflight_alias: dict[str, str] = {}
         # intents whose channel.send began under the claim held in _claims (a cut spends it)
         self._sending: set[str] = set()
         # intents attempted while stopping: the drain() after stop() never sends them again
@@ -199,6 +206,11 @@ class DeliveryRuntime(Background):
     def retried(self) -> int:
         """Failed attempts this runtime scheduled for another try."""
         return self._retried
+
+    @property
+    def per_channel(self) -> int:
+        """Sends one channel alias may have in flight: half of ``concurrency``, rounded up."""
+        return self._per_channel
 
     @property
     def running(self) -> bool:
@@ -342,6 +354,8 @@ class DeliveryRuntime(Background):
                     lease_s=self.policy.lease_s,
                     max_attempts=self.policy.max_attempts,
                     now=self._clock(),
+                    per_channel=self._per_channel,
+                    sending=Counter(self._inflight_alias.values()),
                 )
         except (HostkitError, TimeoutError) as exc:
             # Nothing was handed out (a claim that committed late expires and is reclaimed).
@@ -363,6 +377,9 @@ class DeliveryRuntime(Background):
         scope = anyio.CancelScope(shield=True)
         self._claims[intent_id] = claimed
         self._inflight[intent_id] = scope
+        alias = claimed.intent.channel
+        if alias is not None:
+            self._inflight_alias[intent_id] = alias
         self._idle = anyio.Event()
         work.start_soon(self._handle, claimed, scope)
 
@@ -379,6 +396,7 @@ class DeliveryRuntime(Background):
             if self._stop.is_set() or self._wind_by is not None:
                 self._stopping_attempted.add(intent_id)
             self._inflight.pop(intent_id, None)
+            self._inflight_alias.pop(intent_id, None)
             self._nudge.set()
             if not self._inflight:
                 self._idle.set()

@@ -71,11 +71,18 @@ class DeliveryStore(ABC):
         lease_s: float,
         max_attempts: int,
         now: float,
+        per_channel: int | None = None,
+        sending: Mapping[str, int] | None = None,
     ) -> tuple[ClaimedDelivery, ...]:
         """Lease up to ``limit`` due intents (oldest first) to ``owner`` until ``now + lease_s``.
 
         ``owner`` is the claimant's ``LeaseOwner`` text, so a successor can
         tell a dead claimant's claims (``claimed_owners``, ``expire_claims``).
+        ``per_channel`` (1..``MAX_DELIVERY_CLAIM``) bounds the intents of one
+        channel alias the claimant has out, counting ``sending`` (its sends
+        still under way, per alias): an alias already at the bound is skipped
+        in the query, never claimed and handed back, and the next due intents
+        of other aliases are claimed instead.
         """
 
     @abstractmethod

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hostkit.errors import (
@@ -94,6 +94,16 @@ _FIRST_OF_SESSION = (
 # dead-lettered row leaves the due set, so re-running the query pages forward.
 DUE_ROWS = (
     f"SELECT {_COLUMNS} FROM outbox WHERE {_DUE} AND next_attempt_at <= ? "
+    f"AND {_FIRST_OF_SESSION} ORDER BY next_attempt_at, id LIMIT ? "
+    "/*pg: FOR UPDATE SKIP LOCKED */"
+)
+# The same, leaving out the channel aliases in the JSON array parameter (those at the
+# claimant's per-channel limit): a row of theirs is never handed out, so never handed back.
+# A route that names no channel is never left out (its attempt fails at once, bad_route).
+_ROUTE_CHANNEL = "json_extract(route, '$.channel')"
+_DUE_ROWS_EXCEPT = (
+    f"SELECT {_COLUMNS} FROM outbox WHERE {_DUE} AND next_attempt_at <= ? "
+    f"AND ({_ROUTE_CHANNEL} IS NULL OR {_ROUTE_CHANNEL} NOT IN (SELECT value FROM json_each(?))) "
     f"AND {_FIRST_OF_SESSION} ORDER BY next_attempt_at, id LIMIT ? "
     "/*pg: FOR UPDATE SKIP LOCKED */"
 )
@@ -255,13 +265,15 @@ def insert_reply(
 
 @dataclass(frozen=True, slots=True)
 class ClaimArgs:
-    """A checked claim."""
+    """A checked claim; ``per_channel`` None puts no limit on one channel alias."""
 
     owner: str
     limit: int
     lease_s: float
     max_attempts: int
     now: float
+    per_channel: int | None = None
+    sending: Mapping[str, int] = field(default_factory=dict)
 
 
 def exhausted_message(attempts: int, max_attempts: int) -> str:
@@ -272,13 +284,36 @@ def exhausted_message(attempts: int, max_attempts: int) -> str:
     )
 
 
+def _due_rows(
+    conn: sqlite3.Connection, now: float, limit: int, full: set[str]
+) -> list[sqlite3.Row]:
+    if not full:
+        return _rows(conn).execute(DUE_ROWS, [now, limit]).fetchall()
+    left_out = json.dumps(sorted(full))
+    return _rows(conn).execute(_DUE_ROWS_EXCEPT, [now, left_out, limit]).fetchall()
+
+
+def _route_channel(row: sqlite3.Row) -> str | None:
+    value = json.loads(row["route"]).get("channel")
+    return value if isinstance(value, str) else None
+
+
 def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedDelivery, ...]:
-    """Lease up to ``limit`` due intents, oldest due first; dead-letter exhausted leases."""
+    """Lease up to ``limit`` due intents, oldest due first; dead-letter exhausted leases.
+
+    With ``per_channel``, an alias's intents are claimed only while its sends
+    (``sending`` plus this claim's) stay under it: one hanging platform cannot
+    take every slot of the claimant. An alias that fills up mid-page is left out
+    of the next page's query, so every page claims at least its first row.
+    """
     claim_isolation(conn)
     lease = args.now + args.lease_s
     claimed: list[ClaimedDelivery] = []
+    out = dict(args.sending)
+    cap = args.per_channel
+    full = set() if cap is None else {alias for alias, n in out.items() if n >= cap}
     while len(claimed) < args.limit:
-        rows = _rows(conn).execute(DUE_ROWS, [args.now, args.limit - len(claimed)]).fetchall()
+        rows = _due_rows(conn, args.now, args.limit - len(claimed), full)
         if not rows:
             break
         for row in rows:
@@ -286,6 +321,13 @@ def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedDelive
                 message = exhausted_message(row["attempts"], args.max_attempts)
                 conn.execute(_EXHAUST, [message, args.now, row["id"]])
                 continue
+            alias = _route_channel(row)
+            if alias is not None and alias in full:
+                continue  # read before its alias filled up in this page: not claimed
+            if cap is not None and alias is not None:
+                out[alias] = out.get(alias, 0) + 1
+                if out[alias] >= cap:
+                    full.add(alias)
             token = new_id("dlc")
             conn.execute(_CLAIM, [lease, token, args.owner, args.now, row["id"]])
             attempt = row["attempts"] + 1

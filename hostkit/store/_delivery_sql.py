@@ -27,6 +27,7 @@ from hostkit.store._delivery import (
 from hostkit.store._owned import now as now_text
 from hostkit.types import (
     DELIVERY_STATUSES,
+    MAX_METADATA_CHARS,
     PRESS_ANSWER,
     ClaimedDelivery,
     DeliveryCounts,
@@ -34,6 +35,7 @@ from hostkit.types import (
     DeliveryIntent,
     DeliveryStatus,
     bounded_metadata,
+    is_text,
 )
 
 if TYPE_CHECKING:
@@ -56,6 +58,8 @@ class SqlDeliveryStore(DeliveryStore):
         lease_s: float,
         max_attempts: int,
         now: float,
+        per_channel: int | None = None,
+        sending: Mapping[str, int] | None = None,
     ) -> tuple[ClaimedDelivery, ...]:
         args = rows.ClaimArgs(
             owner=checks.check_ref("owner", owner),
@@ -63,6 +67,12 @@ class SqlDeliveryStore(DeliveryStore):
             lease_s=checks.check_duration("lease_s", lease_s),
             max_attempts=checks.check_count("max_attempts", max_attempts, checks.MAX_ATTEMPTS),
             now=checks.check_instant("now", now),
+            per_channel=(
+                None
+                if per_channel is None
+                else checks.check_count("per_channel", per_channel, MAX_DELIVERY_CLAIM)
+            ),
+            sending=_check_sending(sending),
         )
         return await self._db.write(lambda raw: rows.claim_rows(raw, args))
 
@@ -179,3 +189,24 @@ def _check_claim(claim: object) -> ClaimedDelivery:
     if not isinstance(claim, ClaimedDelivery):
         raise InvalidValue("a delivery outcome takes the ClaimedDelivery that claim returned")
     return claim
+
+
+def _check_sending(sending: object) -> dict[str, int]:
+    """A claimant's sends under way per channel alias: at most ``MAX_DELIVERY_CLAIM``
+    aliases (as many as it can have sends), each a count from 0 to that bound."""
+    if sending is None:
+        return {}
+    if not isinstance(sending, Mapping) or len(sending) > MAX_DELIVERY_CLAIM:
+        raise InvalidValue(f"sending must map at most {MAX_DELIVERY_CLAIM} aliases to counts")
+    checked: dict[str, int] = {}
+    for alias, count in sending.items():
+        # A route's alias is bounded with its metadata, not as a ref.
+        if not is_text(alias, limit=MAX_METADATA_CHARS):
+            raise InvalidValue("sending aliases must be text")
+        name = str.__str__(alias)
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise InvalidValue("sending counts must be integers")
+        if not 0 <= count <= MAX_DELIVERY_CLAIM:
+            raise InvalidValue(f"sending counts must be between 0 and {MAX_DELIVERY_CLAIM}")
+        checked[name] = count
+    return checked

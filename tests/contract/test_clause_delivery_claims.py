@@ -1,4 +1,5 @@
-"""Delivery clause: claims are fenced, shutdown gives them back, unknown channels fail closed.
+"""Delivery clause: claims are fenced, shutdown gives them back, unknown channels fail closed,
+and a channel whose sends hang holds at most half the runtime's slots.
 
 Two DeliveryRuntimes on one real SQLite outbox (as two processes would
 share it), an injected clock to expire leases, loopback Slack.
@@ -14,10 +15,12 @@ import anyio
 import pytest
 
 from hostkit.adapters.scripted import Reply, ScriptedModel
-from hostkit.delivery import DeliveryPolicy
+from hostkit.delivery import DeliveryPolicy, DeliveryRuntime
 from hostkit.host import ConfiguredChannels
+from hostkit.store import RuntimeStore
 from hostkit.testing import capabilities
 from hostkit.types import ClaimedDelivery, DeliveryIntent
+from tests.contract._delivery_adapters import finish_routed_turns
 from tests.contract._delivery_hosts import (
     ENV,
     SLACK_TOKEN,
@@ -202,3 +205,70 @@ async def test_a_drain_calls_the_outbox_idle_only_after_a_claim_begun_with_nothi
         rows = [await host.store.delivery.intent(i) for i in (first, second)]
     assert [row.status if row else None for row in rows] == ["delivered", "delivered"]
     assert [_intent_of(seen) for seen in slack.requests] == [first, second]
+
+
+# The sends one alias may have in flight at the default concurrency of 8.
+_HALF_OF_EIGHT = 4
+
+
+class _Hanging:
+    """An endpoint that never answers: every send runs into ``send_timeout_s``."""
+
+    def __init__(self) -> None:
+        self.sending = 0
+        self.most = 0
+
+    async def send(self, route: Any, payload: Any, *, idempotency_key: str) -> None:
+        self.sending += 1
+        self.most = max(self.most, self.sending)
+        try:
+            await anyio.sleep(3_600)
+        finally:
+            self.sending -= 1
+
+
+class _Healthy:
+    def __init__(self) -> None:
+        self.sent = anyio.Event()
+        self.keys: list[str] = []
+
+    async def send(self, route: Any, payload: Any, *, idempotency_key: str) -> None:
+        self.keys.append(idempotency_key)
+        self.sent.set()
+
+
+@pytest.mark.parametrize("queued", [8, 40])
+async def test_a_hanging_channel_never_holds_every_slot_so_other_channels_answer_at_once(
+    tmp_path: Path, queued: int
+) -> None:
+    """docs/delivery.md: a slow or failing send holds back its own session's later answers,
+    and other sessions go on. With ``queued`` sessions of a webhook whose endpoint hangs (at
+    least ``concurrency`` of them), a Slack answer written afterwards is sent within one
+    send, not after the hanging wave's ``send_timeout_s``: the hanging alias has at most
+    ``per_channel`` (half the slots) in flight."""
+    hook = {"channel": "hook.down", "conversation": "c", "reply": {"to": "x"}}
+    slack = {"channel": "slack.main", "conversation": "T1:C1:U1", "reply": {"channel": "C1"}}
+    async with RuntimeStore.open(tmp_path / "h.db") as store:
+        await finish_routed_turns(store, queued, route=hook)
+        hanging, healthy = _Hanging(), _Healthy()
+        runtime = DeliveryRuntime(
+            store.delivery,
+            {"hook.down": hanging, "slack.main": healthy}.get,
+            send_timeout_s=60.0,
+            idle_poll_s=0.05,
+            grace_s=0.1,
+        )
+        async with runtime:
+            with anyio.fail_after(10):
+                while hanging.sending < _HALF_OF_EIGHT:  # noqa: ASYNC110 (claims start)
+                    await anyio.sleep(0.01)
+            (answer,) = await finish_routed_turns(store, 1, route=slack)
+            runtime.wake()
+            with anyio.fail_after(10):  # far less than the hanging sends' 60 s
+                await healthy.sent.wait()
+            assert hanging.most == runtime.per_channel == _HALF_OF_EIGHT
+            runtime.stop()
+        row = await store.delivery.intent(answer)
+    assert row is not None
+    assert row.status == "delivered"
+    assert healthy.keys == [answer]

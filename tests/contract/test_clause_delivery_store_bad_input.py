@@ -61,6 +61,39 @@ CASES: dict[str, Call] = {
     "claim owner too long": lambda s, c, i, n: s.delivery.claim(
         owner="o" * 1_000, limit=1, lease_s=30, max_attempts=3, now=n
     ),
+    "claim per_channel 0": lambda s, c, i, n: s.delivery.claim(
+        owner="suite", limit=1, lease_s=30, max_attempts=3, now=n, per_channel=0
+    ),
+    "claim per_channel too big": lambda s, c, i, n: s.delivery.claim(
+        owner="suite",
+        limit=1,
+        lease_s=30,
+        max_attempts=3,
+        now=n,
+        per_channel=MAX_DELIVERY_CLAIM + 1,
+    ),
+    "claim sending not a mapping": lambda s, c, i, n: s.delivery.claim(
+        owner="suite",
+        limit=1,
+        lease_s=30,
+        max_attempts=3,
+        now=n,
+        sending=["hook"],  # type: ignore[arg-type]
+    ),
+    "claim sending negative": lambda s, c, i, n: s.delivery.claim(
+        owner="suite", limit=1, lease_s=30, max_attempts=3, now=n, sending={"hook": -1}
+    ),
+    "claim sending empty alias": lambda s, c, i, n: s.delivery.claim(
+        owner="suite", limit=1, lease_s=30, max_attempts=3, now=n, sending={"": 1}
+    ),
+    "claim sending too many aliases": lambda s, c, i, n: s.delivery.claim(
+        owner="suite",
+        limit=1,
+        lease_s=30,
+        max_attempts=3,
+        now=n,
+        sending={f"a{k}": 1 for k in range(MAX_DELIVERY_CLAIM + 1)},
+    ),
     "claimed_owners limit 0": lambda s, c, i, n: s.delivery.claimed_owners(limit=0),
     "claimed_owners limit too big": lambda s, c, i, n: s.delivery.claimed_owners(
         limit=MAX_CLAIM_OWNERS + 1

@@ -1,6 +1,7 @@
 """DeliveryStore clause: claim leases due intents oldest first, in bounded batches, with a fresh
 fencing token and attempts + 1; an expired lease is claimed again; one that expired after its
-last allowed attempt is dead-lettered (``attempts_exhausted``) instead of returned.
+last allowed attempt is dead-lettered (``attempts_exhausted``) instead of returned; with
+``per_channel``, no more than that many intents of one channel alias are out to the claimant.
 """
 
 from __future__ import annotations
@@ -172,3 +173,37 @@ async def test_an_expired_last_attempt_is_dead_lettered_not_claimed(
         with pytest.raises(StaleClaim):
             await sut.delivery.delivered(two, now=now + 21)
         assert [i.intent_id for i in await sut.delivery.intents(status="dead_lettered")] == [stuck]
+
+
+HOOK = {"channel": "hook.down", "conversation": "c", "reply": {"to": "x"}}
+
+
+async def test_per_channel_bounds_one_aliases_claims_and_the_next_due_of_others_are_taken(
+    adapter: str, tmp_path: Path
+) -> None:
+    """One channel whose sends hang cannot take every slot: its intents are claimed only
+    while the claimant has fewer than ``per_channel`` of them out (``sending`` counts the
+    sends still under way); an alias at the bound is skipped in the query (never claimed
+    and handed back), and the other channels' due intents are claimed past it."""
+    async with open_delivery(adapter, tmp_path) as sut:
+        hooks = await sut.seed(6, route=HOOK)
+        (slack,) = await sut.seed(1)
+        unrouted = await sut.seed(1, route={"conversation": "c"})
+        now = sut.later()
+
+        async def claim(**options: Any) -> list[str]:
+            claimed = await sut.delivery.claim(
+                owner="suite", limit=8, lease_s=30.0, max_attempts=3, now=now, **options
+            )
+            return [c.intent.intent_id for c in claimed]
+
+        # Within one claim: two of the hook's, then the Slack answer and the unrouted one.
+        assert await claim(per_channel=2) == [*hooks[:2], slack, *unrouted]
+        # Two hook sends still under way: none of its intents is handed out.
+        assert await claim(per_channel=2, sending={"hook.down": 2, "slack.main": 1}) == []
+        # One of them settled: exactly one more, the next in due order.
+        assert await claim(per_channel=2, sending={"hook.down": 1}) == [hooks[2]]
+        # Without the bound, a claim takes them all, oldest due first (as before).
+        assert await claim() == list(hooks[3:])
+        counts = await sut.delivery.counts()
+    assert (counts.pending, counts.sending) == (0, 8)
