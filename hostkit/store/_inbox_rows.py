@@ -162,13 +162,15 @@ _RELEASE = (
 # conversation's next waiting message due no earlier than now: conversations take turns
 # by when they became eligible, so a backlog's next message (accepted long ago) goes
 # behind a quiet conversation's message accepted since. A later due_at (a deferred or
-# retried message) stays. The ended row by its unique inbound id, then one probe of
-# inbox_conversation_due (the partial index's state term is here for that).
+# retried message) stays. The conversation is read first by the ended row's unique
+# inbound id and bound as values, ordered by inbox_conversation_due's whole key (its
+# state term is here for that): PostgreSQL's planner, given a join and the primary key's
+# order instead, walked every active row of a large backlog.
+ENDED_CONVERSATION = "SELECT channel_instance_id, conversation_key FROM inbox WHERE inbound_id = ?"
 NEXT_IN_TURN = (
-    "UPDATE inbox SET due_at = ? WHERE id = (SELECT n.id FROM inbox AS n "
-    "JOIN inbox AS ended ON n.channel_instance_id = ended.channel_instance_id "
-    "AND n.conversation_key = ended.conversation_key WHERE ended.inbound_id = ? "
-    "AND n.state IN ('ready', 'claimed') ORDER BY n.id LIMIT 1) "
+    "UPDATE inbox SET due_at = ? WHERE id = (SELECT id FROM inbox "
+    "WHERE channel_instance_id = ? AND conversation_key = ? AND state IN ('ready', 'claimed') "
+    "ORDER BY channel_instance_id, conversation_key, id LIMIT 1) "
     "AND state = 'ready' AND due_at < ?"
 )
 _RESERVE = f"UPDATE inbox SET turn_reserved = 1, updated_at = ? WHERE {_HELD}"
@@ -522,7 +524,10 @@ def _next_in_turn(conn: sqlite3.Connection, ended: Sequence[str], now: float) ->
     A retried or released row stays its conversation's first and is already due at
     ``now`` or later, so only the ends that free a conversation call this.
     """
-    conn.executemany(NEXT_IN_TURN, [(now, inbound_id, now) for inbound_id in ended])
+    for inbound_id in ended:
+        row = conn.execute(ENDED_CONVERSATION, [inbound_id]).fetchone()
+        if row is not None:
+            conn.execute(NEXT_IN_TURN, [now, row[0], row[1], now])
 
 
 def release_row(

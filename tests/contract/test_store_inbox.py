@@ -22,7 +22,7 @@ import pytest
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, StoreError
 from hostkit.store import MIGRATIONS, SCHEMA_VERSION, RowStore, RuntimeStore, SqliteStore
 from hostkit.store import _inbox_rows as inbox_rows
-from hostkit.store._inbox_rows import DUE_CHANNELS, DUE_ROWS, NEXT_IN_TURN
+from hostkit.store._inbox_rows import DUE_CHANNELS, DUE_ROWS, ENDED_CONVERSATION, NEXT_IN_TURN
 from hostkit.types import (
     InboundEnvelope,
     InboundFailure,
@@ -108,10 +108,13 @@ async def test_the_end_of_a_claim_finds_its_conversations_next_message_by_index(
         await inbox.accept(batch, None, now=NOW)
     await sql_store.write(lambda c: c.execute("ANALYZE"))
 
-    steps = await plan(sql_store, NEXT_IN_TURN, (NOW, "inb_x", NOW))
+    ended = await plan(sql_store, ENDED_CONVERSATION, ("inb_x",))
+    assert any("(inbound_id=?)" in line for line in ended), ended
+    steps = await plan(sql_store, NEXT_IN_TURN, (NOW, "slack", "one", NOW))
     assert any("inbox_conversation_due" in line for line in steps), steps
-    assert any("(inbound_id=?)" in line for line in steps), steps
-    assert not any(line.startswith("SCAN") or "TEMP B-TREE" in line for line in steps), steps
+    for line in (*ended, *steps):
+        assert not line.startswith("SCAN"), (ended, steps)
+        assert "TEMP B-TREE" not in line, (ended, steps)
 
 
 @pytest.mark.sqlite_only("a v11 SQLite file built from a prefix of the SQLite migrations")
