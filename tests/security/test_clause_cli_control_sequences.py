@@ -24,10 +24,10 @@ from hostkit.cli._common import fail
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._serve_logs import JsonLines
 from hostkit.errors import ConfigError
-from hostkit.host import parse_config
 from hostkit.inspect import BudgetView, CalibrationView, ContextView, TokenTotals
 from hostkit.notebook import ApprovalsPanel, BudgetInspector
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from tests.contract.test_clause_notebook_approval_rows import writer_config
 
 HOSTILE = "agent.yaml line 3: \x1b[2J\x1b[H\x1b]0;owned\x07 promoted OK \x1b[8m: bad key"
 
@@ -113,21 +113,7 @@ async def test_notebook_text_plain_escapes_what_a_model_or_its_server_wrote(
     model id), the approvals panel (the model's arguments) and the dashboard print in a
     terminal as escapes, like the CLI; their widgets (HTML) are what they were."""
     (tmp_path / "ws").mkdir()
-    config = parse_config(
-        {
-            "host": {"database": str(tmp_path / "h.db"), "workspace": str(tmp_path / "ws")},
-            "providers": {"test": {"kind": "scripted"}},
-            "agents": {
-                "assistant": {
-                    "provider": "test",
-                    "memory": False,
-                    "builtins": ["files.write"],
-                    "policy": {"allow": ["*"], "ask": ["files.write"]},
-                }
-            },
-        },
-        base_dir=tmp_path,
-    )
+    config = writer_config(tmp_path)
     arguments = {"path": "notes\u202etxt.sh", "content": "echo hi\x9b2J\u2028"}
     model = ScriptedModel(
         [Reply(HOSTILE_REPLY), CallTools(("files_write", arguments)), Reply("no")],
