@@ -445,8 +445,14 @@ class NotebookHost(AsyncResource):
         scope = await self.scope(agent=view.agent)
         if token is None:
             # It ended before its token was read: the owner-checked cancel says how.
-            return await self.host.turns.cancel(view.turn_id, scope)
-        return await self.host.turns.cancel_token(*token)
+            answer = await self.host.turns.cancel(view.turn_id, scope)
+        else:
+            answer = await self.host.turns.cancel_token(*token)
+        # The end is durable; the panel's own task shows it a step later. Waited for
+        # (bounded), so whoever awaited the stop finds the panel ended, as on admission.
+        with anyio.move_on_after(_STOPPED_WAIT_S):
+            await view._done.wait()
+        return answer
 
     async def _token_of(self, turn_id: str, agent: str) -> tuple[TurnToken, PrincipalScope] | None:
         try:
