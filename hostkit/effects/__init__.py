@@ -74,6 +74,7 @@ from hostkit.effects._pending import (
 )
 from hostkit.effects._policy import EffectPolicy, PolicyDecision, provider_spelling
 from hostkit.effects._redaction import Redactor
+from hostkit.effects._rule_names import quoted_rule, rule_problem
 from hostkit.effects._runtime import (
     DEFAULT_ENV_ALLOWLIST,
     DEFAULT_SECRET_TTL_S,
@@ -155,7 +156,9 @@ __all__ = [
     "mcp_effect_name",
     "provider_name",
     "provider_spelling",
+    "quoted_rule",
     "redact_secrets",
+    "rule_problem",
     "schema_problem",
     "schema_refusal",
     "secret_grant",

@@ -1,5 +1,5 @@
-"""How an MCP server's tool name becomes an effect name, for its catalog entry and for the
-policy rules that name it alike: a rule is written with the name the server uses."""
+"""How an MCP server's tool name becomes an effect name: for its catalog entry, and for the
+rule a refused policy rule in the server's spelling is told to be written as."""
 
 from __future__ import annotations
 
@@ -42,9 +42,9 @@ def mcp_effect_name(server: str, tool: str) -> str | None:
 
 def mcp_rule(rule: str) -> str:
     """A policy rule over MCP tools (``mcp.<server>.<tool>``) with its tool part spelled as
-    the effect names spell it: ``ask = ["mcp.git.Delete-Repo"]`` asks before the tool the
-    server calls ``Delete-Repo`` (effect ``mcp.git.delete_repo``). Wildcards and bracket
-    expressions are kept as written; other rules are kept whole."""
+    the effect names spell it: ``mcp.git.delete_repo`` for ``mcp.git.Delete-Repo``, a rule
+    in the server's own spelling that matches nothing and is refused (what to write
+    instead). Wildcards and bracket expressions are kept; other rules are kept whole."""
     kind, dot, rest = rule.partition(".")
     server, dot2, tool = rest.partition(".")
     if kind != "mcp" or not dot or not dot2 or ":" in server or not tool:

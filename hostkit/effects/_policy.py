@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hostkit.effects._catalog import provider_name
-from hostkit.effects._mcp_names import mcp_rule
-from hostkit.errors import InvalidValue
+from hostkit.effects._rule_names import may_match_tools, quoted_rule, rule_problem
+from hostkit.errors import ConfigError, InvalidValue
 from hostkit.types import is_names
 
 __all__ = ["EffectPolicy", "PolicyDecision", "provider_spelling"]
@@ -32,7 +32,10 @@ class EffectPolicy:
     """Glob rules over dotted effect names: ``deny`` wins, then ``ask``, then ``allow``.
 
     An effect no rule matches is denied: authority is explicit. ``ask``
-    effects are visible to the model but run only after an approval.
+    effects are visible to the model but run only after an approval. A rule
+    is taken exactly as written: one no effect or grant name can match
+    (``FILES.*``, ``mcp.git.Delete-Repo``) is a ``ConfigError`` naming it and
+    what to write instead.
     """
 
     allow: tuple[str, ...] = ("*",)
@@ -49,8 +52,15 @@ class EffectPolicy:
                     f"EffectPolicy.{name} must be a list of glob strings (at most {_MAX_RULES}, "
                     f"each 1-{_MAX_RULE_CHARS} characters), not {type(rules).__name__}"
                 )
-            # A rule names an MCP tool as its server does; matching is on the effect name.
-            object.__setattr__(self, name, tuple(mcp_rule(rule) for rule in rules))
+            object.__setattr__(self, name, tuple(rules))
+            for rule in rules:
+                problem = rule_problem(rule)
+                if problem is not None:
+                    # Refused, not respelled: the policy every view shows (its fingerprint,
+                    # the catalog's reasons) is the one the operator wrote.
+                    raise ConfigError(
+                        f"the rule {quoted_rule(rule)} {problem}", key=f"policy.{name}"
+                    )
 
     def decide(self, effect: str) -> PolicyDecision:
         if _matches(effect, self.deny):
@@ -96,10 +106,10 @@ class EffectPolicy:
         Such a rule is most often a typo, and then the effect it meant runs unasked.
         A slip is a rule one typo from an effect (``file.write`` for ``files.write``),
         a glob whose first dotted segment is one typo from a namespace of ``effects``
-        (``file.*`` for ``files.*``), a bare namespace (``files`` for ``files.*``), or
-        an effect as the model sees it (``notes_add`` for ``notes.add``). A rule near
-        none of them (a tool the agent simply does not have) is left out. Rules for
-        MCP tools (``mcp.``) are left out too: those are discovered per session.
+        (``file.*`` for ``files.*``) or a bare namespace (``files`` for ``files.*``);
+        an effect as the model sees it is no slip but refused (``model_spellings``).
+        A rule near none of them (a tool the agent simply does not have) is left out.
+        Rules for MCP tools (``mcp.``) are left out too: those are discovered per session.
         With ``mcp_server``, only the rules written for that server's tools
         (``mcp.<server>.…`` before any wildcard) are checked, against the tools it
         listed.
@@ -118,6 +128,30 @@ class EffectPolicy:
                     misses.append((kind, rule, meant))
         return tuple(misses)
 
+    def model_spellings(
+        self, effects: Iterable[str], *, mcp_servers: Iterable[str] = ()
+    ) -> tuple[tuple[str, str, str], ...]:
+        """Each ``(kind, rule, meant)``: a rule that matches none of ``effects`` but matches
+        how the model sees one of them (``files_*`` over ``files_write``, ``*_write``), so
+        it would match nothing; ``meant`` is it in effect names (``files.*``).
+
+        Called with every effect and grant of an agent once its tools are built: a glob
+        parsing must accept (``*_write`` may be for a tool module's ``notes_write``) is
+        refused then. A rule that may match a tool of one of ``mcp_servers`` (discovered
+        per session, later) is left out.
+        """
+        names = list(effects)
+        servers = list(mcp_servers)
+        found = []
+        for kind, rules in (("allow", self.allow), ("ask", self.ask), ("deny", self.deny)):
+            for rule in rules:
+                if any(fnmatch.fnmatchcase(name, rule) for name in names):
+                    continue
+                spelled = [name for name in names if fnmatch.fnmatchcase(provider_name(name), rule)]
+                if spelled and not may_match_tools(rule, servers):
+                    found.append((kind, rule, _dotted(rule, spelled)))
+        return tuple(found)
+
     def rule_key(self, effect: str) -> str:
         """The rule an approval is cached under: the first matching ``ask`` glob."""
         return next((rule for rule in self.ask if fnmatch.fnmatchcase(effect, rule)), effect)
@@ -135,9 +169,8 @@ def _meant(rule: str, names: list[str], *, namespaces: bool) -> str | None:
     close = difflib.get_close_matches(rule, names, n=1, cutoff=_TYPO_CUTOFF)
     if close:
         return close[0]
-    spelled = next((name for name in names if provider_name(name) == rule), None)
-    if spelled is not None or not namespaces:
-        return spelled
+    if not namespaces:
+        return None
     first, dot, rest = rule.partition(".")
     if _literal_prefix(first) != first:
         return None  # a wildcard in the first segment: no namespace is named
@@ -156,8 +189,13 @@ def _closest(word: str, words: list[str]) -> str | None:
 
 def provider_spelling(rule: str, effects: Iterable[str], mcp_servers: Iterable[str]) -> str | None:
     """The effect-name spelling of ``rule`` when it is written as the model sees a tool
-    (``files_write``, ``mcp_git_git_commit``), or None. Such a rule matches no effect:
-    policies match effect names, and an ``ask`` written so would ask before nothing."""
+    (``files_write``, ``mcp_git_git_commit``, ``files_*``), or None. Such a rule matches no
+    effect: policies match effect names, and an ``ask`` written so would ask before nothing.
+
+    A glob is one when it starts as the model sees a namespace of ``effects`` or a server
+    of ``mcp_servers`` (``files_``, ``mcp_git_``); any other glob may match a tool
+    module's undotted effects (``*_write`` over ``notes_write``), unknown until its tools
+    are built (``EffectPolicy.model_spellings`` checks it then)."""
     if "." in rule:
         return None  # a dotted rule names effects
     servers = sorted(mcp_servers, key=len, reverse=True)  # the longest server name first
@@ -165,11 +203,23 @@ def provider_spelling(rule: str, effects: Iterable[str], mcp_servers: Iterable[s
     server = next((name for name in servers if literal.startswith(f"mcp_{name}_")), None)
     if server is not None:
         return f"mcp.{server}.{rule.removeprefix(f'mcp_{server}_')}"
-    if literal != rule:
-        # Any other glob may match a tool module's undotted effects (``*_write`` over
-        # ``notes_write``), unknown until its tools are built.
+    spelled = [name for name in effects if fnmatch.fnmatchcase(provider_name(name), rule)]
+    if literal != rule and not any(
+        literal.startswith(f"{name.partition('.')[0]}_") for name in spelled if "." in name
+    ):
         return None
-    return next((name for name in effects if provider_name(name) == rule), None)
+    return _dotted(rule, spelled) if spelled else None
+
+
+def _dotted(rule: str, spelled: list[str]) -> str:
+    """``rule``, written as the model sees the effects ``spelled``, in effect names: the
+    first of its underscores that, written as a dot, matches them all (``files_*`` is
+    ``files.*``, ``*_write`` is ``*.write``); else the first of them."""
+    for index, char in enumerate(rule):
+        dotted = f"{rule[:index]}.{rule[index + 1 :]}"
+        if char == "_" and all(fnmatch.fnmatchcase(name, dotted) for name in spelled):
+            return dotted
+    return spelled[0]
 
 
 def _literal_prefix(rule: str) -> str:

@@ -46,6 +46,7 @@ from hostkit.host._config import (
     writable_workspaces,
 )
 from hostkit.host._defaults import DefaultToolSource
+from hostkit.host._grants import policy_problem
 from hostkit.providers import ModelProvider
 
 __all__ = [
@@ -185,8 +186,11 @@ class Agent:
         # As enum and namedtuple record their __module__: the caller's module built it.
         caller = sys._getframe(1).f_globals.get("__name__")
         setter(self, "_modules", (caller,) if isinstance(caller, str) else ())
-        # Validated now, not at Host open: a bad step count is the author's mistake here.
-        self._settings("unused")
+        # Validated now, not at Host open: a bad step count or a rule that can never
+        # match (``FILES.*``) is the author's mistake here.
+        problem = policy_problem(self._settings("unused"))
+        if problem is not None:
+            raise ConfigError(problem[1], key=f"agents.{name}.{problem[0]}")
 
     def _settings(self, provider: str) -> AgentConfig:
         instructions = self.instructions

@@ -30,7 +30,7 @@ from hostkit.effects import (
     mcp_call_grant,
     provider_name,
 )
-from hostkit.errors import HostkitError, TurnRejected, bounded
+from hostkit.errors import ConfigError, HostkitError, TurnRejected, bounded
 from hostkit.freeze import FrozenMap
 from hostkit.host._capabilities import (
     MemoryRequest,
@@ -40,7 +40,12 @@ from hostkit.host._capabilities import (
     ToolRequest,
 )
 from hostkit.host._config import HostConfig
-from hostkit.host._grants import NETWORK_GRANT, agent_grants, agent_policy
+from hostkit.host._grants import (
+    NETWORK_GRANT,
+    agent_grants,
+    agent_policy,
+    model_spelling_problem,
+)
 from hostkit.host._tool_modules import forget_versions
 from hostkit.store import RuntimeStore
 from hostkit.turns import OutputCheck, PinnedCore, capability_snapshot
@@ -190,7 +195,16 @@ class Generation(AsyncResource):
             # pinned: the snapshot holds its connect and call grants instead.
             grants = agent_grants(self.config.agents[agent], (s.name for s in servers))
             held = [*grants.mcp, *grants.secrets, *([NETWORK_GRANT] if grants.network else [])]
-            for line in _unmatched_rules(agent, policy, [*(t.name for t, _ in offered), *held]):
+            effects = [*(t.name for t, _ in offered), *held]
+            # A glob parsing had to accept (``*_write`` may be for a tool module's
+            # ``notes_write``) that now matches only how the model sees a tool.
+            spelled = policy.model_spellings(effects, mcp_servers=(s.name for s in servers))
+            if spelled:
+                kind, rule, meant = spelled[0]
+                raise ConfigError(
+                    model_spelling_problem(rule, meant), key=f"agents.{agent}.policy.{kind}"
+                )
+            for line in _unmatched_rules(agent, policy, effects):
                 _log.warning("%s", line)
             allowed = tuple(
                 (tool, origin) for tool, origin in offered if policy.decide(tool.name) != "deny"

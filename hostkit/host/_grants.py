@@ -19,6 +19,8 @@ from hostkit.effects import (
     mcp_call_grant,
     mcp_connect_grant,
     provider_spelling,
+    quoted_rule,
+    rule_problem,
     secret_grant,
 )
 
@@ -31,6 +33,7 @@ __all__ = [
     "Builtin",
     "agent_grants",
     "agent_policy",
+    "model_spelling_problem",
     "policy_problem",
 ]
 
@@ -109,13 +112,19 @@ def policy_problem(agent: AgentConfig) -> tuple[str, str] | None:
     """Why a rule of ``agent``'s policy could not take effect as written, as the rule's
     list (``policy.ask``) and a sentence naming the rule (None: each can).
 
-    Refused: an ``ask`` over ``terminal.network`` that leaves ``terminal.run``
-    unasked (a grant held for every run or none: nobody would be asked); a rule
-    naming an MCP server the agent does
-    not declare (it matches nothing, and a server declared later under that name
-    would skip it); a rule written as the model sees a tool (``files_write``,
-    ``mcp_git_git_commit``), which matches no effect name.
+    Refused: a rule no effect or grant name can match (``FILES.*``, ``mcp.*Delete*``,
+    ``files .write``), naming what to write instead; a rule naming an MCP server the
+    agent does not declare (it matches nothing, and a server declared later under that
+    name would skip it); a rule written as the model sees a tool (``files_write``,
+    ``files_*``, ``mcp_git_git_commit``), which matches no effect name; an ``ask`` over
+    ``terminal.network`` that leaves ``terminal.run`` unasked (a grant held for every
+    run or none: nobody would be asked).
     """
+    for kind in _LISTS:
+        for rule in getattr(agent.policy, kind):
+            problem = _rule_problem(rule, agent)
+            if problem is not None:
+                return f"policy.{kind}", f"the rule {quoted_rule(rule)} {problem}"
     policy = agent_policy(agent)
     if NETWORK_GRANT in agent.builtins and _network_decision(policy) is None:
         rule = next(r for r in policy.ask if fnmatch.fnmatchcase(NETWORK_GRANT, r))
@@ -125,12 +134,13 @@ def policy_problem(agent: AgentConfig) -> tuple[str, str] | None:
             "'terminal.run' too (each run, with the network, is then approved), or allow "
             f"or deny {NETWORK_GRANT}"
         )
-    for kind in _LISTS:
-        for rule in getattr(agent.policy, kind):
-            problem = _rule_problem(rule, agent)
-            if problem is not None:
-                return f"policy.{kind}", f"the rule {rule!r} {problem}"
     return None
+
+
+def model_spelling_problem(rule: str, meant: str) -> str:
+    """Why ``rule``, written as the model sees a tool, is refused: ``meant`` is it in
+    effect names (found by parsing or, for a glob, once the agent's tools are built)."""
+    return f"the rule {quoted_rule(rule)} {_model_spelling(meant)}"
 
 
 def _network_decision(policy: EffectPolicy) -> str | None:
@@ -144,6 +154,9 @@ def _network_decision(policy: EffectPolicy) -> str | None:
 
 
 def _rule_problem(rule: str, agent: AgentConfig) -> str | None:
+    problem = rule_problem(rule)
+    if problem is not None:
+        return problem
     server = _mcp_server(rule)
     if server is not None and server not in agent.mcp:
         declared = ", ".join(sorted(agent.mcp)) or "none"
@@ -152,12 +165,14 @@ def _rule_problem(rule: str, agent: AgentConfig) -> str | None:
             f"mcp (declared: {declared}): it would match nothing"
         )
     meant = provider_spelling(rule, _HOST_EFFECTS, agent.mcp)
-    if meant is not None:
-        return (
-            "is a tool's name as the model sees it; policy rules match effect names: "
-            f"did you mean {meant!r}?"
-        )
-    return None
+    return None if meant is None else _model_spelling(meant)
+
+
+def _model_spelling(meant: str) -> str:
+    return (
+        "is a tool's name as the model sees it; policy rules match effect names: "
+        f"did you mean {quoted_rule(meant)}?"
+    )
 
 
 def _mcp_server(rule: str) -> str | None:

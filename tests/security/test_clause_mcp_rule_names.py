@@ -1,14 +1,15 @@
-"""Clause: a policy rule names an MCP tool as its server does, and still matches it.
+"""Clause: a policy rule names an MCP tool by its effect name; the server's spelling is refused.
 
 An MCP tool becomes the effect ``mcp.<server>.<tool>`` with its name spelled
 as effect names are: lower-cased, every other character an underscore
 (``Delete-Repo`` → ``delete_repo``, ``deleteRepo`` → ``deleterepo``). A rule
-written with the server's own spelling (``ask = ["mcp.git.Delete-Repo"]``)
-is spelled the same way when the policy is built, its wildcards and bracket
-expressions kept: otherwise it would match nothing, and the tool it was
-written to guard would run unasked. A rule for a server's tools that matches
-none of them, but is one typo from one, is named in the server's discovery
-and logged.
+is taken exactly as written: one in the server's own spelling
+(``ask = ["mcp.git.Delete-Repo"]``), which no effect name can match, is a
+``ConfigError`` naming the rule and the effect spelling to write instead
+(``mcp.git.delete_repo``), whether it names the server or not
+(``mcp.*Delete*``). A rule for a server's tools
+that matches none of them, but is one typo from one, is named in the
+server's discovery and logged.
 """
 
 from __future__ import annotations
@@ -19,18 +20,13 @@ import pytest
 
 from hostkit.authority import AuthorityResolver
 from hostkit.effects import EffectPolicy, McpServer, mcp_effect_name
+from hostkit.errors import ConfigError
 from hostkit.types import EffectRequest
 from tests.contract.test_clause_mcp_connections import RecordingConnector, declared, rig
 
 pytestmark = pytest.mark.anyio
 
 TOOLS = ("deleteRepo", "Delete-Repo", "delete.repo", "DELETE REPO")
-# Each tool's name as a rule may spell it: as the server does, or in another case.
-PAIRS = [
-    (tool, spelling)
-    for tool in TOOLS
-    for spelling in sorted({tool, tool.lower(), tool.upper(), tool.swapcase()})
-]
 
 
 def test_a_tool_name_is_spelled_as_effect_names_are() -> None:
@@ -42,30 +38,47 @@ def test_a_tool_name_is_spelled_as_effect_names_are() -> None:
     ]
 
 
-def test_rules_for_mcp_tools_are_spelled_as_effects_and_others_are_kept() -> None:
-    policy = EffectPolicy(
-        allow=("*", "mcp.connect:git", "mcp.git.getHTTPStatus"),
-        ask=("mcp.git.Delete-Repo", "mcp.*.Push.Force*", "files.write"),
-        deny=("mcp.git.Drop Table", "mcp.git.[A-Z]x?"),
-    )
-    assert policy.allow == ("*", "mcp.connect:git", "mcp.git.gethttpstatus")
-    assert policy.ask == ("mcp.git.delete_repo", "mcp.*.push_force*", "files.write")
-    # A bracket expression is kept whole (lower-cased, as the names it matches are).
-    assert policy.deny == ("mcp.git.drop_table", "mcp.git.[a-z]x?")
+@pytest.mark.parametrize(
+    ("rule", "fixed"),
+    [
+        ("mcp.git.getHTTPStatus", "mcp.git.gethttpstatus"),
+        ("mcp.git.Delete-Repo", "mcp.git.delete_repo"),
+        ("mcp.git.delete-repo", "mcp.git.delete_repo"),
+        ("mcp.git.DELETE REPO", "mcp.git.delete_repo"),
+        ("mcp.git.Drop Table", "mcp.git.drop_table"),
+        ("mcp.git.Delete*", "mcp.git.delete*"),
+        ("mcp.git.[A-Z]x?", "mcp.git.[a-z]x?"),
+        ("mcp.*.Push.Force*", "mcp.*.push_force*"),
+        ("mcp.*Delete*", "mcp.*delete*"),
+        ("*Delete*", "*delete*"),
+        ("mcp.connect:Git", "mcp.connect:git"),
+    ],
+)
+@pytest.mark.parametrize("kind", ["allow", "ask", "deny"])
+def test_a_rule_in_the_servers_spelling_is_refused_naming_the_effect_spelling(
+    kind: str, rule: str, fixed: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        EffectPolicy(**{kind: (rule,)})
+    assert caught.value.key == f"policy.{kind}"
+    assert f"the rule {rule!r} can never match: " in str(caught.value)
+    assert str(caught.value).endswith(f"; write {fixed!r}")
+    # What it says to write is taken as written.
+    assert getattr(EffectPolicy(**{kind: (fixed,)}), kind) == (fixed,)
 
 
-@pytest.mark.parametrize(("tool", "rule"), PAIRS)
-async def test_an_ask_rule_in_the_servers_spelling_asks_before_the_tool_runs(
-    authority: AuthorityResolver, tool: str, rule: str
+@pytest.mark.parametrize("tool", TOOLS)
+async def test_an_ask_rule_in_the_effect_spelling_asks_before_the_tool_runs(
+    authority: AuthorityResolver, tool: str
 ) -> None:
     connector = RecordingConnector(tools=(tool,))
-    policy = EffectPolicy(allow=("*", "mcp.connect:git"), ask=(f"mcp.git.{rule}",))
+    effect = mcp_effect_name("git", tool)
+    assert effect is not None
+    policy = EffectPolicy(allow=("*", "mcp.connect:git"), ask=(effect,))
     r = await rig(
         authority, [McpServer(declared("git"), connector)], decision="deny", policy=policy
     )
     catalog, context = await r.turn()
-    effect = mcp_effect_name("git", tool)
-    assert effect is not None
     ref = catalog.resolve(effect.replace(".", "_"))
     assert ref is not None
     result = await r.runtime.execute(EffectRequest("c1", ref, {"zone": "UTC"}), context)
@@ -75,10 +88,8 @@ async def test_an_ask_rule_in_the_servers_spelling_asks_before_the_tool_runs(
     await r.finish()
 
 
-@pytest.mark.parametrize(
-    "rule", ["Delete-Repo", "delete-repo", "DELETE_REPO", "delete_*", "[a-d]*", "*repo"]
-)
-async def test_a_deny_rule_in_the_servers_spelling_or_a_glob_keeps_the_tool_out(
+@pytest.mark.parametrize("rule", ["delete_repo", "delete_*", "[a-d]*", "*repo"])
+async def test_a_deny_rule_in_the_effect_spelling_or_a_glob_keeps_the_tool_out(
     authority: AuthorityResolver, rule: str
 ) -> None:
     connector = RecordingConnector(tools=("Delete-Repo", "get_time"))
