@@ -559,13 +559,14 @@ class DatabaseReplaced(StoreError):
 
 
 class ClockSkew(StoreError):
-    """This machine's clock and the database server's disagree by more than leases tolerate.
+    """This machine's clock and the database server's disagree by more than ``max_clock_skew_s``.
 
-    Hosts sharing a database compare lease expiries written by each other's
-    clocks: a clock that runs ahead takes a live holder's session, claim or
-    run over early. So a Host whose clock is off by more than
-    ``max_clock_skew_s`` does not start. ``skew_s`` is positive when this
-    machine's clock is ahead.
+    Leases, claims and due times follow the server's clock (``RuntimeStore.now``),
+    whatever this machine's says; but a machine clock that far off is wrong
+    about every time the Host shows, logs and stamps, so a Host whose clock is
+    off by more than ``max_clock_skew_s`` when it opens the store does not
+    start (found off later, it logs a warning). ``skew_s`` is positive when
+    this machine's clock is ahead.
     """
 
     def __init__(self, *, skew_s: float, max_skew_s: float, database: str) -> None:
@@ -576,7 +577,7 @@ class ClockSkew(StoreError):
             bounded(
                 f"this machine's clock is {abs(skew_s):.1f} s {side} the clock of the database "
                 f"server {database}; Hosts sharing a database need clocks within "
-                f"{max_skew_s:g} s of it (leases compare their times): synchronise this "
+                f"{max_skew_s:g} s of it (the times they show and log): synchronise this "
                 "machine's clock (NTP), or raise [store] max_clock_skew_s",
                 600,
             ),

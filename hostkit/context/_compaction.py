@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -150,9 +149,10 @@ class SessionCompactor:
 
     ``owner`` identifies this Host process in the durable lease (take it with
     ``LeaseOwner.current`` off the event loop). ``clock`` gives epoch seconds
-    for lease expiry and cooldown. All waits are bounded: ``wait_s`` for
-    another worker's commit, ``summarize_timeout_s`` for the summarizer,
-    ``release_timeout_s`` for releasing the lease after a failure. The lease
+    for lease expiry and cooldown: the store's (``RuntimeStore.now``) by
+    default. All waits are bounded: ``wait_s`` for another worker's commit,
+    ``summarize_timeout_s`` for the summarizer, ``release_timeout_s`` for
+    releasing the lease after a failure. The lease
     is taken for ``max(lease_ttl_s, summarize_timeout_s + COMMIT_MARGIN_S)``
     and never renewed (see the module docstring).
     """
@@ -170,7 +170,7 @@ class SessionCompactor:
         summary_max_tokens: int = 512,
         summary_max_chars: int = 4000,
         release_timeout_s: float = 10.0,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         # Checked whole: NaN passes "<= 0", and fails (or bounds nothing) only at compaction.
         for name, seconds, zero in (
@@ -199,7 +199,7 @@ class SessionCompactor:
         self._max_tokens = summary_max_tokens
         self._max_chars = summary_max_chars
         self._release_timeout_s = release_timeout_s
-        self._clock = clock
+        self._clock = store.now if clock is None else clock
 
     async def committed(self, session_id: str) -> CommittedSummary | None:
         """The session's committed summary (one read), or None."""

@@ -13,7 +13,6 @@ then pass its version as ``expected=`` to make the write conditional.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -107,11 +106,12 @@ class StateScopes:
 
 
 class StateRuntime:
-    """Opens a turn's state handles on the store; ``clock`` stamps each write."""
+    """Opens a turn's state handles on the store; ``clock`` stamps each write (the
+    store's, ``RuntimeStore.now``, by default)."""
 
-    def __init__(self, store: RuntimeStore, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: RuntimeStore, *, clock: Callable[[], float] | None = None) -> None:
         self._store = store
-        self._clock = clock
+        self._clock = store.now if clock is None else clock
 
     def open(self, *, core_id: str, session_id: str, lease: SessionLease) -> StateScopes:
         """The handles of the turn holding ``lease``: session scope and core scope."""

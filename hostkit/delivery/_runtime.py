@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -102,8 +101,11 @@ class DeliveryRuntime(Background):
     ``grace_s`` (less when ``stop(within_s=...)`` leaves less), cuts off the
     rest (each such attempt is spent: ``cut_off``, retried after the backoff)
     and releases the claims whose send never started (pending again, attempt
-    not spent). ``clock`` gives the wall-clock times passed to the store
-    (leases, next attempts).
+    not spent). ``clock`` gives the times passed to the store (leases, next
+    attempts): by default the store's own (``DeliveryStore.now``), the one new
+    intents are due by and every Host sharing the store reads (on PostgreSQL
+    the server's). A claim never takes back an intent this runtime is still
+    sending, whatever that clock does meanwhile: it renews its own claims.
 
     Each claim names this runtime's owner (its process), and each serve starts
     by taking over the claims of provably dead owners, then again every
@@ -127,7 +129,7 @@ class DeliveryRuntime(Background):
         send_timeout_s: float = 30.0,
         op_timeout_s: float = 30.0,
         grace_s: float = 10.0,
-        clock: Clock = time.time,
+        clock: Clock | None = None,
         rand: Callable[[], float] = random.random,
     ) -> None:
         if not isinstance(store, DeliveryStore):
@@ -157,7 +159,7 @@ class DeliveryRuntime(Background):
         # The current serve's failed claims in a row: a drain never takes one for "idle".
         self._failed_claims = FailedClaims(self._op_timeout_s)
         self._grace_s = float(grace_s)
-        self._clock = clock
+        self._clock = store.now if clock is None else clock
         self._rand = rand
         # intent id -> the latest claim this runtime holds (released on shutdown)
         self._claims: dict[str, ClaimedDelivery] = {}
@@ -356,6 +358,7 @@ class DeliveryRuntime(Background):
                     now=self._clock(),
                     per_channel=self._per_channel,
                     sending=Counter(self._inflight_alias.values()),
+                    holding=tuple(self._inflight),
                 )
         except (HostkitError, TimeoutError) as exc:
             # Nothing was handed out (a claim that committed late expires and is reclaimed).
@@ -374,6 +377,12 @@ class DeliveryRuntime(Background):
 
     def _start(self, work: TaskGroup, claimed: ClaimedDelivery) -> None:
         intent_id = claimed.intent.intent_id
+        if intent_id in self._inflight:
+            # Its send is under way here (a store that handed out an intent the claim said
+            # this runtime holds): never a second send. The newer claim is the one the store
+            # holds now, so the send under way renews and records its outcome with it.
+            self._claims[intent_id] = claimed
+            return
         scope = anyio.CancelScope(shield=True)
         self._claims[intent_id] = claimed
         self._inflight[intent_id] = scope

@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol
 
 import anyio
 
+from hostkit._boot_clock import boot_clock
 from hostkit._cancellation import is_cancellation
 from hostkit.effects._diff import bounded_view
 from hostkit.errors import ApprovalClosed, InvalidValue
@@ -223,7 +224,7 @@ class ApprovalRuntime:
         provider: ApprovalProvider | None = None,
         ttl_s: float = APPROVAL_TTL_S,
         decision_timeout_s: float = 300.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = boot_clock,
         watch_interval_s: float = 1.0,
         revocations: RevocationFeed | None = None,
         wall_clock: Callable[[], float] = time.time,
@@ -242,6 +243,8 @@ class ApprovalRuntime:
         self._watch_interval_s = watch_interval_s
         self._ttl_s = ttl_s
         self._decision_timeout_s = decision_timeout_s
+        # The cache's TTL counts time the machine slept (``boot_clock``): "approve for the
+        # session" lasts ``ttl_s`` of real time, not of time the machine was awake.
         self._clock = clock
         self._cache: dict[ApprovalKey, float] = {}
         self._pending: dict[ApprovalKey, _Pending] = {}

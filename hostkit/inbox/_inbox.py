@@ -13,7 +13,6 @@ retention, and which leases this process still holds.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -73,7 +72,8 @@ class ChannelInbox:
     ``inbox`` group; claims hold across processes sharing the database).
     ``ChannelInbox.in_memory()`` is the strict in-memory adapter for tests of
     code built on the inbox. ``clock`` and ``rng`` drive retry times, so a test
-    can move time instead of sleeping.
+    can move time instead of sleeping; ``clock`` is the store's by default
+    (``InboxStore.now``: on PostgreSQL the server's, which every Host reads).
     """
 
     def __init__(
@@ -82,7 +82,7 @@ class ChannelInbox:
         *,
         policy: RetryPolicy | None = None,
         retention: RetentionPolicy | None = None,
-        clock: Clock = time.time,
+        clock: Clock | None = None,
         rng: random.Random | None = None,
         owner: str | None = None,
         verify_scope: ScopeCheck | None = None,
@@ -101,7 +101,7 @@ class ChannelInbox:
         self._store = store
         self.policy = policy or RetryPolicy()
         self.retention = retention or RetentionPolicy()
-        self._clock = clock
+        self._clock = store.now if clock is None else clock
         self._rng = rng or random.Random()
         self._owner = owner
         self._verify_scope = verify_scope
@@ -119,6 +119,10 @@ class ChannelInbox:
         from hostkit.inbox._memory import MemoryInboxStore
 
         return cls(MemoryInboxStore(), **options)  # type: ignore[arg-type]
+
+    def now(self) -> float:
+        """The inbox's clock (epoch seconds): the one its lease and due times are in."""
+        return self._clock()
 
     @property
     def held(self) -> int:

@@ -29,7 +29,6 @@ this package depends on no turn machinery.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -132,8 +131,8 @@ class InboxWorker(Background):
     again at once, their attempt not spent (a turn cut off is recorded by its
     ``TurnExecution``, and the next attempt gets that record). Every store
     call is bounded by ``op_timeout_s``, every turn by ``turn_timeout_s``.
-    ``clock`` is the inbox's clock (wall seconds): the lease times it reads
-    come from it.
+    ``clock`` is the inbox's clock (``ChannelInbox.now``, the default): the
+    lease times it reads come from it.
 
     ``reply_route`` gives each turn's ``TurnRequest.route`` (None: the turn
     writes no outbox intent); ``run_command`` answers inbounds of kind
@@ -162,7 +161,7 @@ class InboxWorker(Background):
         grace_s: float = 10.0,
         op_timeout_s: float = 30.0,
         turn_timeout_s: float = 3_600.0,
-        clock: Clock = time.time,
+        clock: Clock | None = None,
     ) -> None:
         if not isinstance(inbox, ChannelInbox):
             raise InvalidValue("InboxWorker needs a ChannelInbox")
@@ -201,7 +200,7 @@ class InboxWorker(Background):
         # The current serve's failed claims in a row: a drain never takes one for "idle".
         self._failed_claims = FailedClaims(self._op_timeout_s)
         self._turn_timeout_s = float(turn_timeout_s)
-        self._clock = clock
+        self._clock = inbox.now if clock is None else clock
         # inbound id -> the claim this worker holds and has not ended (released on shutdown)
         self._claims: dict[str, ClaimedInbound] = {}
         # inbound id -> the cancel scope of its handler (shielded from the worker's own

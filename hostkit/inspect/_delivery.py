@@ -12,7 +12,6 @@ and the reason.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -113,9 +112,10 @@ async def retry_delivery(
     intent: str,
     *,
     reason: str,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] | None = None,
 ) -> DeliveryIntent:
-    """An operator sends a dead-lettered intent again: pending now, attempts from zero.
+    """An operator sends a dead-lettered intent again: pending now (``clock``: the
+    store's by default, ``RuntimeStore.now``), attempts from zero.
 
     Checked first for a clear error (unknown, not a dead letter, no operator
     scope, empty reason); the store re-checks atomically and writes the
@@ -133,5 +133,5 @@ async def retry_delivery(
             "only a dead letter can be retried"
         )
     return await store.delivery.retry(
-        found.intent_id, reason=said, actor=scope.principal_id, now=clock()
+        found.intent_id, reason=said, actor=scope.principal_id, now=(clock or store.now)()
     )

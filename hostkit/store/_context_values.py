@@ -130,7 +130,7 @@ class CompactionLease:
     """A session's compaction lease row: its holder (all None when free) and the cooldown.
 
     ``owner`` is ``LeaseOwner.encode()`` of the holder; ``expires_at`` and
-    ``cooldown_until`` are epoch seconds of the compacting Host's clock.
+    ``cooldown_until`` are epoch seconds of the store's clock (``RuntimeStore.now``).
     """
 
     session_id: str

@@ -22,13 +22,16 @@ loop, in several processes on one database, and (later) on several hosts:
   the same ``delivered`` by the same token is a no-op that returns the row.
 - retry: an operator's audited move of a dead letter back to pending.
 
-Times are wall-clock seconds chosen by the caller (``now``).
+Times are epoch seconds chosen by the caller (``now``), on the store's clock
+(``now()``, ``RuntimeStore.now``): the one new intents are due by, and the
+one every Host sharing the store reads.
 """
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from hostkit.store._checks import MAX_CLAIM_OWNERS
@@ -62,6 +65,10 @@ class DeliveryStore(ABC):
     reason) raises ``InvalidValue`` and writes nothing.
     """
 
+    def now(self) -> float:
+        """The store's clock (epoch seconds; ``RuntimeStore.now``): pass its time as ``now``."""
+        return time.time()
+
     @abstractmethod
     async def claim(
         self,
@@ -73,6 +80,7 @@ class DeliveryStore(ABC):
         now: float,
         per_channel: int | None = None,
         sending: Mapping[str, int] | None = None,
+        holding: Collection[str] | None = None,
     ) -> tuple[ClaimedDelivery, ...]:
         """Lease up to ``limit`` due intents (oldest first) to ``owner`` until ``now + lease_s``.
 
@@ -82,7 +90,10 @@ class DeliveryStore(ABC):
         channel alias the claimant has out, counting ``sending`` (its sends
         still under way, per alias): an alias already at the bound is skipped
         in the query, never claimed and handed back, and the next due intents
-        of other aliases are claimed instead.
+        of other aliases are claimed instead. ``holding`` (at most
+        ``MAX_DELIVERY_CLAIM`` intent ids) are the claimant's own sends under
+        way: never claimed again by it, whatever their lease says at ``now``
+        (it renews them; a clock that stepped must not hand it its own send).
         """
 
     @abstractmethod

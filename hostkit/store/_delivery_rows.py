@@ -97,13 +97,16 @@ DUE_ROWS = (
     f"AND {_FIRST_OF_SESSION} ORDER BY next_attempt_at, id LIMIT ? "
     "/*pg: FOR UPDATE SKIP LOCKED */"
 )
-# The same, leaving out the channel aliases in the JSON array parameter (those at the
+# The same, leaving out the channel aliases in the first JSON array parameter (those at the
 # claimant's per-channel limit): a row of theirs is never handed out, so never handed back.
 # A route that names no channel is never left out (its attempt fails at once, bad_route).
+# And leaving out the intents in the second (the claimant's own sends under way): however
+# its clock moved, it never takes over a send it is making and renewing itself.
 _ROUTE_CHANNEL = "json_extract(route, '$.channel')"
 _DUE_ROWS_EXCEPT = (
     f"SELECT {_COLUMNS} FROM outbox WHERE {_DUE} AND next_attempt_at <= ? "
     f"AND ({_ROUTE_CHANNEL} IS NULL OR {_ROUTE_CHANNEL} NOT IN (SELECT value FROM json_each(?))) "
+    "AND intent_id NOT IN (SELECT value FROM json_each(?)) "
     f"AND {_FIRST_OF_SESSION} ORDER BY next_attempt_at, id LIMIT ? "
     "/*pg: FOR UPDATE SKIP LOCKED */"
 )
@@ -274,6 +277,8 @@ class ClaimArgs:
     now: float
     per_channel: int | None = None
     sending: Mapping[str, int] = field(default_factory=dict)
+    # The claimant's own sends under way (intent ids): never claimed again by it.
+    holding: tuple[str, ...] = ()
 
 
 def exhausted_message(attempts: int, max_attempts: int) -> str:
@@ -285,12 +290,12 @@ def exhausted_message(attempts: int, max_attempts: int) -> str:
 
 
 def _due_rows(
-    conn: sqlite3.Connection, now: float, limit: int, full: set[str]
+    conn: sqlite3.Connection, now: float, limit: int, full: set[str], holding: Sequence[str]
 ) -> list[sqlite3.Row]:
-    if not full:
+    if not full and not holding:
         return _rows(conn).execute(DUE_ROWS, [now, limit]).fetchall()
-    left_out = json.dumps(sorted(full))
-    return _rows(conn).execute(_DUE_ROWS_EXCEPT, [now, left_out, limit]).fetchall()
+    left_out, held = json.dumps(sorted(full)), json.dumps(list(holding))
+    return _rows(conn).execute(_DUE_ROWS_EXCEPT, [now, left_out, held, limit]).fetchall()
 
 
 def _route_channel(row: sqlite3.Row) -> str | None:
@@ -304,7 +309,8 @@ def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedDelive
     With ``per_channel``, an alias's intents are claimed only while its sends
     (``sending`` plus this claim's) stay under it: one hanging platform cannot
     take every slot of the claimant. An alias that fills up mid-page is left out
-    of the next page's query, so every page claims at least its first row.
+    of the next page's query, so every page claims at least its first row. The
+    intents in ``holding`` (the claimant's own sends) are never read.
     """
     claim_isolation(conn)
     lease = args.now + args.lease_s
@@ -313,7 +319,7 @@ def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedDelive
     cap = args.per_channel
     full = set() if cap is None else {alias for alias, n in out.items() if n >= cap}
     while len(claimed) < args.limit:
-        rows = _due_rows(conn, args.now, args.limit - len(claimed), full)
+        rows = _due_rows(conn, args.now, args.limit - len(claimed), full, args.holding)
         if not rows:
             break
         for row in rows:

@@ -11,7 +11,7 @@ written.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hostkit.errors import InvalidValue
@@ -50,6 +50,9 @@ class SqlDeliveryStore(DeliveryStore):
     def __init__(self, db: RowStore) -> None:
         self._db = db
 
+    def now(self) -> float:
+        return self._db.now()
+
     async def claim(
         self,
         *,
@@ -60,6 +63,7 @@ class SqlDeliveryStore(DeliveryStore):
         now: float,
         per_channel: int | None = None,
         sending: Mapping[str, int] | None = None,
+        holding: Collection[str] | None = None,
     ) -> tuple[ClaimedDelivery, ...]:
         args = rows.ClaimArgs(
             owner=checks.check_ref("owner", owner),
@@ -73,6 +77,7 @@ class SqlDeliveryStore(DeliveryStore):
                 else checks.check_count("per_channel", per_channel, MAX_DELIVERY_CLAIM)
             ),
             sending=_check_sending(sending),
+            holding=_check_holding(holding),
         )
         return await self._db.write(lambda raw: rows.claim_rows(raw, args))
 
@@ -189,6 +194,17 @@ def _check_claim(claim: object) -> ClaimedDelivery:
     if not isinstance(claim, ClaimedDelivery):
         raise InvalidValue("a delivery outcome takes the ClaimedDelivery that claim returned")
     return claim
+
+
+def _check_holding(holding: object) -> tuple[str, ...]:
+    """A claimant's own sends under way: at most ``MAX_DELIVERY_CLAIM`` intent ids."""
+    if holding is None:
+        return ()
+    if isinstance(holding, str | bytes) or not isinstance(holding, Collection):
+        raise InvalidValue("holding must be a collection of intent ids")
+    if len(holding) > MAX_DELIVERY_CLAIM:
+        raise InvalidValue(f"holding names at most {MAX_DELIVERY_CLAIM} intents")
+    return tuple(sorted({checks.check_ref("holding", intent_id) for intent_id in holding}))
 
 
 def _check_sending(sending: object) -> dict[str, int]:

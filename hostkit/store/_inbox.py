@@ -23,12 +23,14 @@ on several hosts sharing PostgreSQL:
   Host need not wait out the lease of a killed one. Terminal rows never change
   again except by an operator's audited ``requeue`` of a dead letter.
 
-Times are wall-clock seconds chosen by the caller (``now``), so one clock
-drives every adapter and tests can move it.
+Times are epoch seconds chosen by the caller (``now``), so one clock drives
+every adapter and tests can move it: by default the store's (``now()``,
+``RuntimeStore.now``), the one every Host sharing the store reads.
 """
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
@@ -70,6 +72,10 @@ class InboxStore(ABC):
     raises ``StoreError`` and commits nothing of the call (an accept that
     raised acknowledged nothing, and can be retried as is).
     """
+
+    def now(self) -> float:
+        """The store's clock (epoch seconds; ``RuntimeStore.now``): pass its time as ``now``."""
+        return time.time()
 
     @abstractmethod
     async def accept(

@@ -47,6 +47,9 @@ class SqlInboxStore(InboxStore):
         # deleted): an accept for one of them skips that statement.
         self._channels: set[str] = set()
 
+    def now(self) -> float:
+        return self._db.now()
+
     async def accept(
         self,
         envelopes: Sequence[InboundEnvelope],

@@ -132,7 +132,8 @@ class RuntimeStore(AsyncResource):
         Any number of Hosts may open the same database. Keep the password out
         of ``url``: libpq reads ``PGPASSWORD``, ``PGPASSFILE`` or ``~/.pgpass``.
         ``ClockSkew`` when this machine's clock is more than
-        ``max_clock_skew_s`` seconds off the server's.
+        ``max_clock_skew_s`` seconds off the server's (leases follow the
+        server's clock, ``now``; a machine that far off shows wrong times).
         """
         return Opening(
             lambda: _connect_postgres(
@@ -155,6 +156,20 @@ class RuntimeStore(AsyncResource):
     @abstractmethod
     def location(self) -> str:
         """Where the data lives, for messages and operators (a path or a redacted URL)."""
+
+    @abstractmethod
+    def now(self) -> float:
+        """The time (epoch seconds) every lease, claim, expiry and due time here is in.
+
+        Whatever writes or compares one of those times takes it from here, so
+        the Hosts sharing a store agree on it: on SQLite this machine's wall
+        clock (``time.time``: every process on the file shares it); on
+        PostgreSQL the server's clock, sampled when the store opens and again
+        every few seconds by a transaction under way, and carried between
+        samples on a clock that counts a suspend and never steps: a Host's own
+        wall clock, however wrong or however it steps, decides no lease. A
+        read of memory, never a round trip; safe on any thread.
+        """
 
     @abstractmethod
     def limit_waits(self, seconds: float) -> None:

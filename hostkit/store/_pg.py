@@ -11,7 +11,9 @@ starved under contention. Claims relax to READ COMMITTED and lock their rows wit
 ``FOR UPDATE SKIP LOCKED`` (``_dialect.claim_isolation``), so concurrent
 claimers take disjoint rows. Reads are REPEATABLE READ, READ ONLY: one
 snapshot per call. Leases, claims and fencing tokens are rows, as on SQLite:
-owner, expiry and token are checked inside the statements that write.
+owner, expiry and token are checked inside the statements that write. Their
+times are on the server's clock (``now``: sampled, never a round trip per
+lease; ``_pg_clock``), so no Host's own clock decides one.
 
 New or re-readied inbounds are announced with NOTIFY by a trigger; each inbox
 worker LISTENs (``watch_inbox``) and wakes at once, and still polls as a
@@ -39,6 +41,7 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 from hostkit.errors import ClockSkew, InvalidValue, StoreClosed, StoreError, StoreOutcomeUnknown
 from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration
 from hostkit.store._pg_backup import dump_and_verify
+from hostkit.store._pg_clock import SERVER_CLOCK, ClockSample, ServerClock, local_reading
 from hostkit.store._pg_connection import (
     SET_LOCK_TIMEOUT,
     WRITE_LOCK,
@@ -109,8 +112,7 @@ _SILENT_SERVER_MARGIN_S = 0.5
 _CLOSE_JOIN_S = 1.0
 # Round trips of the clock comparison at open; the one with the shortest wait decides.
 _CLOCK_SAMPLES = 3
-_SERVER_CLOCK = "SELECT extract(epoch FROM clock_timestamp())::float8"
-# This machine's wall clock, the one every lease time the Host writes comes from.
+# This machine's wall clock: measured against the server's, never used for a lease.
 _machine_clock = time.time
 
 
@@ -174,24 +176,20 @@ def map_pg_error(exc: BaseException, action: str) -> StoreError | InvalidValue:
     return StoreError(f"{action} failed: {name}{type(exc).__name__}: {first}", retryable=retryable)
 
 
-async def _clock_skew(conn: psycopg.AsyncConnection[Any]) -> float:
-    """How far this machine's clock is ahead of the server's (negative: behind), in seconds.
+async def _clock_sample(conn: psycopg.AsyncConnection[Any]) -> ClockSample:
+    """The server's clock as the store opens: the best of ``_CLOCK_SAMPLES`` readings.
 
-    Each sample brackets the server's reading between two local ones; the
-    sample with the shortest round trip has the smallest error (at most half
-    of it), and that error counts in the machine's favour.
+    Each brackets the server's reading between two local ones; the one with
+    the shortest round trip has the smallest error (at most half of it), and
+    its ``skew`` counts that error in the machine's favour.
     """
-    samples: list[tuple[float, float]] = []
+    samples: list[ClockSample] = []
     for _ in range(_CLOCK_SAMPLES):
-        before = _machine_clock()
-        row = await (await conn.execute(_SERVER_CLOCK)).fetchone()
-        after = _machine_clock()
-        samples.append((after - before, (before + after) / 2 - float(cast(Any, row)[0])))
-    trip, skew = min(samples)
-    margin = trip / 2
-    if abs(skew) <= margin:
-        return 0.0
-    return skew - margin if skew > 0 else skew + margin
+        before = local_reading(_machine_clock)
+        row = await (await conn.execute(SERVER_CLOCK)).fetchone()
+        after = local_reading(_machine_clock)
+        samples.append(ClockSample.of(before, float(cast(Any, row)[0]), after))
+    return min(samples, key=lambda sample: sample.trip)
 
 
 def _unreachable(location: str, timeout_s: float, exc: Exception) -> StoreError:
@@ -213,9 +211,12 @@ class PgStore(RowStore):
         connect_timeout_s: float,
         location: str,
         report: PgMigrationReport,
+        clock: ServerClock,
     ) -> None:
         super().__init__()
         self._pool = pool
+        # The server's clock, which every lease, claim and due time is in (``now``).
+        self._clock = clock
         # One worker thread per pooled connection at most: a transaction is one hop.
         self._threads = anyio.CapacityLimiter(pool.max_size)
         self._url = url
@@ -252,8 +253,9 @@ class PgStore(RowStore):
         be brought to this version. ``backup_dir`` is where a verified
         ``pg_dump`` goes before an upgrade that drops data (none: refused).
         Raises ``ClockSkew`` when this machine's clock is more than
-        ``max_clock_skew_s`` off the server's: leases written by Hosts on
-        several machines compare their clocks.
+        ``max_clock_skew_s`` off the server's: leases follow the server's clock
+        (``now``), but a machine that far off is wrong about every time it
+        shows; later samples that find it so log a warning instead.
         """
         check_url(url)
         check_duration("max_clock_skew_s", max_clock_skew_s)
@@ -306,9 +308,11 @@ class PgStore(RowStore):
             opening = WaitLimit()
             follow_opening_limit(opening.limit)
             async with migrating as conn:
-                skew = await _clock_skew(conn)
-                if abs(skew) > max_clock_skew_s:
-                    raise ClockSkew(skew_s=skew, max_skew_s=max_clock_skew_s, database=location)
+                sample = await _clock_sample(conn)
+                if abs(sample.skew) > max_clock_skew_s:
+                    raise ClockSkew(
+                        skew_s=sample.skew, max_skew_s=max_clock_skew_s, database=location
+                    )
                 report = await upgrade(
                     conn,
                     migrations=PG_MIGRATIONS if migrations is None else migrations,
@@ -329,7 +333,12 @@ class PgStore(RowStore):
                 await anyio.to_thread.run_sync(functools.partial(pool.close, timeout=5.0))
             raise
         store = cls(
-            pool, url=url, connect_timeout_s=connect_timeout_s, location=location, report=report
+            pool,
+            url=url,
+            connect_timeout_s=connect_timeout_s,
+            location=location,
+            report=report,
+            clock=ServerClock(sample, max_skew_s=max_clock_skew_s, database=location),
         )
         # The opening's own lock wait (the migration's) followed the opening's limit, and a
         # cancellation ends it (psycopg cancels the statement). What the owner writes next
@@ -360,6 +369,10 @@ class PgStore(RowStore):
     @property
     def location(self) -> str:
         return self._location
+
+    def now(self) -> float:
+        """The server's clock as last sampled (``_pg_clock``): no round trip."""
+        return self._clock.now()
 
     @contextlib.contextmanager
     def _checkout(self, call: _Call, timeout_s: float) -> Iterator[psycopg.Connection[Any]]:
@@ -593,6 +606,26 @@ class PgStore(RowStore):
             self._drained_at = time.monotonic()
         self._pool.drain()
 
+    def _sample_clock(self, raw: psycopg.Connection[Any]) -> None:
+        """Sample the server's clock on ``raw`` before the call's transaction begins: every
+        ``RESAMPLE_S`` one call pays for it (a BEGIN, the reading, a ROLLBACK); a sample
+        that fails keeps the last one, and a connection it finds lost is one lost before
+        the call's own transaction (rerun)."""
+        sample: ClockSample | None = None
+        try:
+            before = local_reading(_machine_clock)
+            row = raw.execute(SERVER_CLOCK).fetchone()
+            after = local_reading(_machine_clock)
+            raw.rollback()
+            sample = ClockSample.of(before, float(cast(Any, row)[0]), after)
+        except psycopg.Error as exc:
+            with contextlib.suppress(psycopg.Error):
+                raw.rollback()
+            if raw.broken:
+                raise _ConnectionLost(exc) from exc  # nothing of the call ran yet
+        finally:
+            self._clock.sampled(sample)
+
     def _attempt(
         self, fn: Callable[[sqlite3.Connection], T], call: _Call, *, read_only: bool, alone: bool
     ) -> T:
@@ -605,6 +638,8 @@ class PgStore(RowStore):
             ),
         )
         with self._checkout(call, checkout_s) as raw, self._holding(call, raw):
+            if self._clock.sample_due():
+                self._sample_clock(raw)
             if alone:
                 # Session-level, before the transaction's snapshot: it waits for every
                 # writer in flight, and the snapshot then sees all of them.

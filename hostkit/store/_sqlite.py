@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -202,6 +203,10 @@ class SqliteStore(RowStore):
     @property
     def location(self) -> str:
         return str(self.path)
+
+    def now(self) -> float:
+        """This machine's wall clock: every process on the file reads the same one."""
+        return time.time()
 
     def limit_waits(self, seconds: float) -> None:
         self._writer.lock_wait.limit(seconds)

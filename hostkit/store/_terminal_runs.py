@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 import sqlite3
-import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -54,8 +53,8 @@ __all__ = [
 ]
 
 MAX_TERMINAL_RUN_LIST = 500
-# How long a background run's record stays its Host's without a renewal (wall-clock
-# seconds, as session leases): its Host renews it every third of this.
+# How long a background run's record stays its Host's without a renewal (seconds of the
+# store's clock, RuntimeStore.now, as session leases): its Host renews it every third of this.
 TERMINAL_RUN_LEASE_S = 60.0
 MAX_RUN_REASON = 500
 _MAX_ID = 200
@@ -147,7 +146,8 @@ class TerminalRunRecord:
     stderr: TerminalStreamStats
     started_at: str
     ended_at: str | None
-    # Wall-clock seconds; None for a run recorded before runs had leases.
+    # Seconds of the store's clock (RuntimeStore.now); None for a run recorded before runs
+    # had leases.
     lease_expires_at: float | None = None
 
 
@@ -333,7 +333,7 @@ class SqlTerminalRunStore(TerminalRunStore):
                 (live,) = raw.execute(
                     "SELECT COUNT(*) FROM terminal_runs WHERE session_id = ? "
                     "AND state = 'running' AND lease_expires_at >= ?",
-                    [run.session_id, time.time()],
+                    [run.session_id, self._db.now()],
                 ).fetchone()
                 if live >= max_live:
                     raise TerminalRunLimit(run.session_id, max_live)
@@ -353,7 +353,7 @@ class SqlTerminalRunStore(TerminalRunStore):
                     run.sandbox,
                     run.host_owner,
                     now(raw),
-                    time.time() + run.lease_s,
+                    self._db.now() + run.lease_s,
                 ],
             )
             rows = _select(raw, "SELECT * FROM terminal_runs WHERE run_id = ?", [run.run_id])
@@ -388,7 +388,7 @@ class SqlTerminalRunStore(TerminalRunStore):
             cursor = raw.execute(
                 "UPDATE terminal_runs SET lease_expires_at = ? "
                 "WHERE run_id = ? AND state = 'running' AND host_owner = ?",
-                [time.time() + lease_s, run_id, host_owner],
+                [self._db.now() + lease_s, run_id, host_owner],
             )
             return cursor.rowcount == 1
 
@@ -443,7 +443,7 @@ class SqlTerminalRunStore(TerminalRunStore):
                     now(raw),
                     run_id,
                     host_owner,
-                    *([time.time()] if lease_expired else []),
+                    *([self._db.now()] if lease_expired else []),
                 ],
             )
             return cursor.rowcount == 1

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -257,11 +256,11 @@ class TurnStore(ABC):
 
 
 class SqlTurnStore(TurnStore):
-    """The SQLite adapter of TurnStore (lease times from this machine's clock)."""
+    """The SQL adapters' TurnStore (lease times from the store's clock, ``RuntimeStore.now``)."""
 
-    def __init__(self, db: RowStore, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, db: RowStore) -> None:
         self._db = db
-        self._clock = clock
+        self._clock: Callable[[], float] = db.now
 
     async def admit(
         self, admission: TurnAdmission, *, owner: LeaseOwner, ttl_s: float

@@ -53,9 +53,12 @@ class ActiveTurn:
     next_seq: int = 2  # turn.started is 1, written by the admission
     # The session had calls to supersede when admitted (none can appear while it holds).
     open_approvals: bool = True
-    # Until when (anyio's clock) the last renewal holds the session lease: past it, the
-    # lease may have been taken over while this process was paused (None: not yet known).
+    # Until when the last renewal holds the session lease, on two clocks: ``held_until``
+    # on ``boot_clock`` (which counts a suspend and a paused VM), ``held_expiry`` on the
+    # store's (the expiry that renewal wrote, at least). Past either, the lease may have
+    # been taken over while this process was paused (None: not yet known).
     held_until: float | None = None
+    held_expiry: float | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     done: anyio.Event = field(default_factory=anyio.Event)
     in_flight: str | None = None

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from hostkit._boot_clock import boot_clock
 from hostkit._renewal import RenewalPace
 from hostkit.authority import AdmittedTurn, AuthorityResolver, conversation_principal
 from hostkit.errors import (
@@ -215,8 +216,10 @@ class LeaseHolder:
         heartbeat never raises.
         """
         interval = active.lease.ttl_s / 3
-        if active.held_until is None:  # as admitted: the store's expiry, on anyio's clock
-            active.held_until = anyio.current_time() + active.lease.expires_at - time.time()
+        if active.held_until is None:  # as admitted: the store's expiry
+            expires_at = active.lease.expires_at
+            active.held_until = boot_clock() + expires_at - self._store.now()
+            active.held_expiry = expires_at
         return await _beside(lambda: self._heartbeat(active, on_lost), body, after=interval)
 
     async def keeping(self, active: ActiveTurn, finish: Callable[[], Awaitable[T]]) -> T:
@@ -234,7 +237,7 @@ class LeaseHolder:
 
     async def _keep_alive(self, active: ActiveTurn) -> None:
         """Renew now, then every ttl/3, until the terminal write ends; never raises."""
-        pace = _pace(active.lease)
+        pace = _pace(active.lease, self._store.now())
         said = _RenewalLog(active.context.turn_id)
         while True:
             start = anyio.current_time()
@@ -255,23 +258,33 @@ class LeaseHolder:
         """Before an effect starts: ``LeaseLost`` if the session was taken over meanwhile.
 
         Free while the last renewal still holds the lease. Past it (this process
-        was paused: a stalled VM, a stopped process, a blocked loop) another Host
-        may have taken the session over and ended this turn: the lease is renewed
-        now, fenced, and an effect of a turn that lost it never starts.
+        was paused: a stalled VM, a stopped process, a blocked loop, a machine
+        that slept) another Host may have taken the session over and ended this
+        turn: the lease is renewed now, fenced, and an effect of a turn that lost
+        it never starts. "Still holds" by two clocks, so neither alone can keep a
+        lapsed lease: ``boot_clock`` (anyio's clock stops while the machine
+        sleeps or its VM is paused) and the store's clock, the one the expiry
+        was written in and other Hosts compare it with (it may step ahead).
         """
-        if active.held_until is not None and anyio.current_time() < active.held_until:
+        if (
+            active.held_until is not None
+            and active.held_expiry is not None
+            and boot_clock() < active.held_until
+            and self._store.now() < active.held_expiry
+        ):
             return
-        start = anyio.current_time()
+        since, at = boot_clock(), self._store.now()
         with anyio.fail_after(_renewal_bound(active.lease)):
             await self._store.turns.renew(active.lease)
-        active.held_until = start + active.lease.ttl_s
+        _renewed(active, since, at)
 
     async def _heartbeat(self, active: ActiveTurn, on_lost: Callable[[ActiveTurn], None]) -> None:
         """Renew now, then every ttl/3; stop the turn if it was lost or a cancel was recorded."""
-        pace = _pace(active.lease)
+        pace = _pace(active.lease, self._store.now())
         said = _RenewalLog(active.context.turn_id)
         while True:
             start = anyio.current_time()
+            since, at = boot_clock(), self._store.now()
             try:
                 with anyio.fail_after(pace.limit(start)):
                     cancel_requested = await self._store.turns.renew(active.lease)
@@ -291,7 +304,7 @@ class LeaseHolder:
                 if cancel_requested:
                     active.stop(ON_REQUEST, "user")
                 pace.renewed(start)
-                active.held_until = start + active.lease.ttl_s
+                _renewed(active, since, at)
                 await anyio.sleep(active.lease.ttl_s / 3)
 
     async def abandon(self, lease: SessionLease, *, within_s: float | None = None) -> bool:
@@ -385,11 +398,19 @@ def _reason(exc: Exception) -> str:
     return type(exc).__name__
 
 
-def _pace(lease: SessionLease) -> RenewalPace:
-    """Renewals of a session lease: each takes at most ``max(ttl / 3, 1 s)``."""
-    # The expiry as of admission (epoch seconds of the store's clock, normally this one).
-    left = lease.expires_at - time.time()
-    return RenewalPace(lease.ttl_s, left, _renewal_bound(lease))
+def _pace(lease: SessionLease, now: float) -> RenewalPace:
+    """Renewals of a session lease: each takes at most ``max(ttl / 3, 1 s)``.
+
+    ``now`` is the store's clock, the one the expiry as of admission is in.
+    """
+    return RenewalPace(lease.ttl_s, lease.expires_at - now, _renewal_bound(lease))
+
+
+def _renewed(active: ActiveTurn, since: float, at: float) -> None:
+    """A renewal begun at ``since`` (``boot_clock``), ``at`` (the store's clock) landed:
+    the lease is held a ttl from then, on each clock."""
+    active.held_until = since + active.lease.ttl_s
+    active.held_expiry = at + active.lease.ttl_s
 
 
 def _renewal_bound(lease: SessionLease) -> float:

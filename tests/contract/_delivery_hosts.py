@@ -119,14 +119,31 @@ async def routed_turn(
 
 
 class Clock:
-    """An injected wall clock the test moves by hand."""
+    """An injected wall clock the test moves by hand.
 
-    def __init__(self, start: float | None = None) -> None:
-        # A second ahead: intents the test just wrote are due at once.
-        self.now = time.time() + 1.0 if start is None else start
+    Without ``start`` it starts a second ahead of the real clock when first read, not when
+    built: intents the test wrote since (a Host opening on a loaded machine takes seconds)
+    are due at once. ``follow`` keeps it that far ahead of the real clock (plus what it was
+    advanced by), for a test that writes intents between reads."""
+
+    def __init__(self, start: float | None = None, *, follow: bool = False) -> None:
+        self._now = start
+        self._follow = follow
+        self._advanced = 0.0
+
+    @property
+    def now(self) -> float:
+        if self._follow:
+            return time.time() + 1.0 + self._advanced
+        if self._now is None:
+            self._now = time.time() + 1.0
+        return self._now
 
     def __call__(self) -> float:
         return self.now
 
     def advance(self, seconds: float) -> None:
-        self.now += seconds
+        if self._follow:
+            self._advanced += seconds
+        else:
+            self._now = self.now + seconds

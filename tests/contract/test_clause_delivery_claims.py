@@ -207,6 +207,73 @@ async def test_a_drain_calls_the_outbox_idle_only_after_a_claim_begun_with_nothi
     assert [_intent_of(seen) for seen in slack.requests] == [first, second]
 
 
+class _Held:
+    """A channel whose sends wait until the test lets them through."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.sending = anyio.Event()
+        self.through = anyio.Event()
+
+    async def send(self, route: Any, payload: Any, *, idempotency_key: str) -> None:
+        self.keys.append(idempotency_key)
+        self.sending.set()
+        await self.through.wait()
+
+
+async def test_a_runtime_never_claims_back_an_intent_it_is_still_sending_when_its_clock_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wall clock stepped past the lease of a send under way (NTP after a boot with a wrong
+    RTC, a resumed VM): the runtime's next claims leave that intent alone (it renews the
+    claim itself), so it is sent once and its bookkeeping stays its own: one send in
+    flight, then settled with the claim it was sent under (attempt 1)."""
+    async with RuntimeStore.open(tmp_path / "h.db") as store:
+        (intent_id,) = await finish_routed_turns(store, 1)
+        clock = Clock()  # a second past the intent's due time
+        channel = _Held()
+        runtime = DeliveryRuntime(
+            store.delivery,
+            lambda alias: channel,
+            policy=DeliveryPolicy(lease_s=60.0, jitter=0.0),
+            idle_poll_s=0.05,
+            grace_s=0.1,
+            clock=clock,
+        )
+        claim = store.delivery.claim
+        stepped_at = clock.now + 120.0
+        after_step = anyio.Event()
+
+        async def claim_seen(**options: Any) -> tuple[ClaimedDelivery, ...]:
+            found = await claim(**options)
+            if options["now"] >= stepped_at:
+                after_step.set()
+            return found
+
+        monkeypatch.setattr(store.delivery, "claim", claim_seen)
+        async with runtime:
+            with anyio.fail_after(10):
+                await channel.sending.wait()
+            clock.advance(120.0)  # twice the lease: by this clock, the send's lease ran out
+            runtime.wake()
+            with anyio.fail_after(10):
+                await after_step.wait()
+            held = await store.delivery.intent(intent_id)
+            assert held is not None
+            assert (held.status, held.attempts) == ("sending", 1)
+            assert runtime.in_flight == 1
+            channel.through.set()
+            with anyio.fail_after(10):
+                while not runtime.delivered:  # noqa: ASYNC110 (the send under way settles)
+                    await anyio.sleep(0.01)
+            runtime.stop()
+        row = await store.delivery.intent(intent_id)
+    assert row is not None
+    assert (row.status, row.attempts) == ("delivered", 1)
+    assert len(channel.keys) == 1
+    assert (runtime.delivered, runtime.in_flight) == (1, 0)
+
+
 # The sends one alias may have in flight at the default concurrency of 8.
 _HALF_OF_EIGHT = 4
 

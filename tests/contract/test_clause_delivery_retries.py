@@ -142,7 +142,8 @@ async def test_slacks_rate_limited_error_is_retried_not_dead_lettered(tmp_path: 
 async def test_a_conversations_answers_arrive_in_turn_order_past_a_slow_or_refused_send(
     tmp_path: Path,
 ) -> None:
-    clock = Clock()
+    # Following the real clock: the later answers are written after the first drain.
+    clock = Clock(follow=True)
     async with FakeSlack.running(token=SLACK_TOKEN) as slack:
         slack.slow_next(1, delay_s=0.5)
         tables = channel_tables(slack=slack.api_base)

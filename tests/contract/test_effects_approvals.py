@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import pytest
 
@@ -61,6 +63,29 @@ async def test_session_approval_is_cached_until_the_ttl() -> None:
     clock.now += APPROVAL_TTL_S - 1
     assert runtime.cached(KEY)
     clock.now += 2
+    assert not runtime.cached(KEY)
+    await runtime.resolve(KEY, make_request, approver)
+    assert len(approver.prompts) == 2
+
+
+@pytest.mark.skipif(not hasattr(time, "CLOCK_BOOTTIME"), reason="no CLOCK_BOOTTIME here")
+async def test_session_approval_ttl_counts_time_the_machine_slept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The default clock: a laptop that slept 14 hours asks again. A suspend stops
+    ``CLOCK_MONOTONIC`` (time.monotonic), never ``CLOCK_BOOTTIME``, which the TTL counts."""
+    slept = [0.0]
+    gettime = time.clock_gettime
+
+    def suspended(clock: int) -> float:
+        return gettime(clock) + (slept[0] if clock == time.CLOCK_BOOTTIME else 0.0)
+
+    monkeypatch.setattr(time, "clock_gettime", suspended)
+    runtime = ApprovalRuntime()
+    approver = Approver("approve_session")
+    assert await runtime.resolve(KEY, make_request, approver) == "approved"
+    assert runtime.cached(KEY)
+    slept[0] = 14 * 3600.0  # the machine sleeps; time.monotonic does not move
     assert not runtime.cached(KEY)
     await runtime.resolve(KEY, make_request, approver)
     assert len(approver.prompts) == 2

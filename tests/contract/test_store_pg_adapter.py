@@ -41,6 +41,7 @@ from hostkit.host import parse_config
 from hostkit.host._store import open_configured_store
 from hostkit.store import RuntimeStore
 from hostkit.store import _pg as pg_module
+from hostkit.store import _pg_clock as pg_clock_module
 from hostkit.store import _pg_connection as pg_connection_module
 from hostkit.types import DeliveryCounts, InboundEnvelope
 from tests.postgres import HOSTKIT_TEMPLATE, PostgresCluster
@@ -929,6 +930,31 @@ async def test_a_host_whose_clock_is_off_the_servers_does_not_start(
     monkeypatch.setattr(pg_module, "_machine_clock", lambda: time.time() + offset_s / 30)
     async with RuntimeStore.open_postgres(url):
         pass  # one second off: within the default 2 s
+
+
+async def test_leases_follow_the_servers_clock_and_a_clock_found_off_later_is_told_once(
+    postgres_cluster: PostgresCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """This machine's clock steps 30 s ahead after the open-time check: the store's clock
+    (``now``: every lease, claim and due time) stays the server's, and the samples taken
+    meanwhile log one warning saying how far off it is, then one line once it is back."""
+    monkeypatch.setattr(pg_clock_module, "RESAMPLE_S", 0.0)  # every call samples
+    async with RuntimeStore.open_postgres(await database(postgres_cluster)) as store:
+        monkeypatch.setattr(pg_module, "_machine_clock", lambda: time.time() + 30.0)
+        with caplog.at_level(logging.INFO, logger="hostkit.store"):
+            for _ in range(3):
+                assert await store.delivery.counts() == DeliveryCounts()
+            # The server runs on this machine: its clock is this machine's true one.
+            assert store.now() == pytest.approx(time.time(), abs=1.0)
+            monkeypatch.setattr(pg_module, "_machine_clock", time.time)
+            assert await store.delivery.counts() == DeliveryCounts()
+    said = [r for r in caplog.records if "this machine's clock" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.INFO]
+    assert "s ahead of the clock of the database server" in said[0].getMessage()
+    assert "leases follow the server's clock" in said[0].getMessage()
+    assert "back within max_clock_skew_s" in said[1].getMessage()
 
 
 async def test_under_a_limit_a_claim_still_relaxes_its_isolation_and_claims(

@@ -1,12 +1,16 @@
 """A Host process whose turn pauses (SIGSTOP) as its effect is about to start (run as a
 script, not collected): what a stalled VM or a stopped process looks like to the others.
 
-``python stale_holder_worker.py '<json>'`` opens a Host on a shared SQLite file and runs
-one turn of conversation ``c1`` whose model calls ``probe.stamp`` (it appends ``text`` to
-``stamps``: an effect anyone can see happened). With ``pause`` set, the process writes
-``marker`` and stops itself at the turn's ``effect.started`` event (``pause="model"``: in
-its first model call, whose context decision is made and not yet written); the test
-continues it with SIGCONT. The turn's outcome goes to ``result`` as JSON.
+``python stale_holder_worker.py '<json>'`` opens a Host on a shared SQLite file (on the
+PostgreSQL database ``url`` when given) and runs one turn of conversation ``c1`` whose
+model calls ``probe.stamp`` (it appends ``text`` to ``stamps``: an effect anyone can see
+happened). With ``pause`` set, the process writes ``marker`` and stops itself at the
+turn's ``effect.started`` event (``pause="model"``: in its first model call, whose context
+decision is made and not yet written); the test continues it with SIGCONT. With
+``suspend`` the stop is what a system suspend or a paused VM looks like from inside:
+``time.monotonic`` (anyio's clock) does not count it, as Linux's ``CLOCK_MONOTONIC``
+does not, while the wall clock and ``CLOCK_BOOTTIME`` do. The turn's outcome goes to
+``result`` as JSON.
 """
 
 from __future__ import annotations
@@ -15,10 +19,23 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 OPTIONS: dict[str, Any] = json.loads(sys.argv[1])
+
+_awake = time.monotonic
+_asleep = [0.0]  # the seconds this process was "suspended" (``suspend``)
+
+
+def _suspended_monotonic() -> float:
+    """``CLOCK_MONOTONIC`` across a suspend: the time suspended is not counted."""
+    return _awake() - _asleep[0]
+
+
+if OPTIONS.get("suspend"):
+    time.monotonic = _suspended_monotonic  # before anyio and asyncio read it
 
 import anyio  # noqa: E402
 
@@ -42,7 +59,10 @@ class PauseAtEffect:
 def pause() -> None:
     """Say so in ``marker``, then stop this process until the test continues it."""
     Path(OPTIONS["marker"]).write_text(str(os.getpid()))
+    stopped = _awake()
     os.kill(os.getpid(), signal.SIGSTOP)
+    if OPTIONS.get("suspend"):
+        _asleep[0] += _awake() - stopped
 
 
 @tool("probe.stamp")
@@ -70,6 +90,7 @@ async def main() -> None:
                 "session_lease_ttl_s": OPTIONS["ttl_s"],
                 "admission_timeout_s": 60.0,
             },
+            "store": {"url": OPTIONS["url"]} if OPTIONS.get("url") else {},
             "providers": {"test": {"kind": "scripted"}},
             "agents": {
                 "assistant": {"provider": "test", "memory": False, "policy": {"allow": ["*"]}}

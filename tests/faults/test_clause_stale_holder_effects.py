@@ -5,7 +5,8 @@ Real processes on one SQLite file. Process A's turn stops itself (SIGSTOP) as it
 call is about to run; its lease expires; process B takes the session over (which ends
 A's turn ``lost``) and completes a turn of its own; then A is continued. A's effect must
 not run: it would be an effect of a turn recorded as having done nothing, happening
-after the turn that replaced it.
+after the turn that replaced it. The same holds when A's stop is a suspend, which
+anyio's clock does not count (on SQLite and on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -80,6 +81,60 @@ async def test_an_effect_of_a_turn_that_lost_its_lease_while_paused_never_starts
     assert turns == {"req-A": "indeterminate", "req-B": "completed"}
     stamps = (tmp_path / "stamps.txt").read_text().splitlines()
     assert stamps == ["by-the-next-turn"]  # the paused turn's effect never started
+    assert json.loads((tmp_path / "b.json").read_text()) == {
+        "outcome": "completed",
+        "effects": ["succeeded"],
+    }
+
+
+@pytest.mark.parametrize("adapter", ["sqlite", "postgres"])
+async def test_an_effect_of_a_turn_whose_machine_slept_past_its_lease_never_starts(
+    tmp_path: Path, adapter: str, request: pytest.FixtureRequest
+) -> None:
+    """A suspend (a laptop that slept, a paused VM) stops ``CLOCK_MONOTONIC``, anyio's clock:
+    by it no time passed, and A's last renewal still seems to hold the lease. B takes the
+    session over meanwhile and completes a turn; A resumes. Before its effect starts, A's
+    turn must look at clocks that counted the suspend (the store's, ``CLOCK_BOOTTIME``):
+    the renewal it then makes finds the lease gone, and the effect never runs."""
+    store: dict[str, str] = {}
+    if adapter == "postgres":
+        cluster = request.getfixturevalue("postgres_cluster")
+        store["url"] = await cluster.create_database()
+    marker = tmp_path / "a.paused"
+    paused = await start(
+        tmp_path,
+        request="req-A",
+        pause=True,
+        suspend=True,
+        marker=str(marker),
+        text="by-the-paused-turn",
+        result=str(tmp_path / "a.json"),
+        **store,
+    )
+    try:
+        await appears(marker)
+        await anyio.sleep(TTL_S + 1.0)  # its lease lapses while it is suspended
+        other = await start(
+            tmp_path,
+            request="req-B",
+            text="by-the-next-turn",
+            result=str(tmp_path / "b.json"),
+            **store,
+        )
+        with anyio.fail_after(60):
+            assert await other.wait() == 0
+        paused.send_signal(signal.SIGCONT)
+        with anyio.fail_after(60):
+            await paused.wait()
+    finally:
+        if paused.returncode is None:
+            paused.kill()
+        await paused.aclose()
+    assert (tmp_path / "stamps.txt").read_text().splitlines() == ["by-the-next-turn"]
+    assert json.loads((tmp_path / "a.json").read_text()) == {
+        "outcome": "indeterminate",
+        "effects": [],
+    }
     assert json.loads((tmp_path / "b.json").read_text()) == {
         "outcome": "completed",
         "effects": ["succeeded"],

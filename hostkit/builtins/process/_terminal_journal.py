@@ -229,7 +229,7 @@ class RunJournal:
         expired (nobody renews the lease of a run that exited) and its root process is
         gone. A lease that still runs, or a root still running, leaves it alone."""
         expires = record.lease_expires_at
-        if expires is None or expires >= time.time():
+        if expires is None or expires >= self.store.now():
             return False
         if await anyio.to_thread.run_sync(_root_runs, record.pid, record.pid_start):
             return False
@@ -247,7 +247,7 @@ class RunJournal:
         its owner's process may still be running here.
         """
         expires = record.lease_expires_at
-        if expires is not None and expires >= time.time():
+        if expires is not None and expires >= self.store.now():
             return False
         # An older Host on this machine records no machine and no lease: while a
         # process with its pid and start time runs, it may be that Host, running — for
