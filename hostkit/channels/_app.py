@@ -18,7 +18,6 @@ whose caller reads the status, gets 403).
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from hostkit._store_health import StoreHealth
 from hostkit.channels._body import BODY_BUDGET_BYTES, BodyBudget, BodyShare, read_body
 from hostkit.channels._parsed import Challenge, HeaderCheck, Ignored, Parsed
 from hostkit.channels._settings import ChannelSettings, sender_allowed, short_secret
@@ -40,7 +40,6 @@ from hostkit.channels._webhook import check_webhook_headers, parse_webhook
 from hostkit.errors import (
     ChannelRefused,
     ConfigError,
-    DatabaseReplaced,
     HostkitError,
     InvalidValue,
     bounded,
@@ -98,27 +97,9 @@ def _error(status: int, text: str) -> JSONResponse:
 
 # After the inbox failed to store an event, readiness answers 503 this long: a load
 # balancer sends the next ones elsewhere while every accept here would be a 503 too, and
-# after it readiness is tried again (the next accept decides).
+# after it readiness is tried again (the next accept decides). Only for an ingress given no
+# ``store_health``: a serve's own is failing until a store call works (its claims poll).
 STORE_FAILURE_COOLDOWN_S = 10.0
-
-
-class _StoreHealth:
-    """Whether the last accept could reach the store (monotonic clock: no wall steps)."""
-
-    def __init__(self) -> None:
-        self.failing_until = 0.0
-
-    def failed(self, *, lasting: bool = False) -> None:
-        """``lasting``: a failure no retry ends (the database file was replaced): ready only
-        once an event is stored again, which takes a restart on the right file."""
-        self.failing_until = math.inf if lasting else time.monotonic() + STORE_FAILURE_COOLDOWN_S
-
-    def stored(self) -> None:
-        self.failing_until = 0.0
-
-    @property
-    def failing(self) -> bool:
-        return time.monotonic() < self.failing_until
 
 
 # A webhook channel's settings and secret as they stand now, or None: no such route.
@@ -134,7 +115,7 @@ class _Ingress:
     readiness: Readiness | None
     accept_timeout_s: float
     body_timeout_s: float
-    store: _StoreHealth
+    store: StoreHealth
     bodies: BodyBudget
 
     async def receive(self, request: Request) -> Response:
@@ -215,9 +196,9 @@ class _Ingress:
             # that committed after the deadline.
             what = exc.message if isinstance(exc, HostkitError) else "accept timed out"
             _log.error("channel %s: accept failed, answering 503: %s", channel_id, what)
-            self.store.failed(lasting=isinstance(exc, DatabaseReplaced))
+            self.store.failed(exc)
             return _error(503, "the inbox is unavailable; retry later")
-        self.store.stored()
+        self.store.worked()
         if receipt.disposition == "accepted" and self.on_accept is not None:
             try:
                 self.on_accept()
@@ -226,6 +207,9 @@ class _Ingress:
         return JSONResponse({"inbound_id": receipt.inbound_id, "status": receipt.disposition})
 
     async def healthz(self, request: Request) -> Response:
+        # A replaced database file ends only with a restart: liveness asks for one.
+        if self.store.lasting:
+            return JSONResponse({"status": "failing", "store": "replaced"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
@@ -237,8 +221,8 @@ class _Ingress:
             except Exception as exc:
                 _log.warning("readiness check failed: %s", type(exc).__name__)
                 return JSONResponse({"status": "not ready"}, status_code=503)
-        if self.store.failing:
-            ready, details = False, {**details, "store": "failing"}
+        if (store := self.store.state) is not None:
+            ready, details = False, {**details, "store": store}
         if self.readiness is None and ready:
             return JSONResponse({"status": "ready"})
         return JSONResponse(
@@ -266,6 +250,7 @@ def ingress_app(
     body_timeout_s: float = 10.0,
     body_budget_bytes: int = BODY_BUDGET_BYTES,
     current: WebhookLookup | None = None,
+    store_health: StoreHealth | None = None,
 ) -> Starlette:
     """The Starlette app serving ``POST /channels/<id>``, ``GET /healthz`` and ``GET /readyz``.
 
@@ -274,10 +259,13 @@ def ingress_app(
     secret token (the caller read ``secret_env``). A webhook channel without a
     secret is a ``ConfigError`` here, never an open route. ``on_accept`` runs
     after each newly accepted envelope (wake the inbox worker); ``readiness``
-    answers ``/readyz`` (503 for ``STORE_FAILURE_COOLDOWN_S`` after an accept could
-    not store its event). ``accept_timeout_s`` bounds the store write (then 503),
-    ``body_timeout_s`` the body upload (then 408), ``body_budget_bytes`` the bodies
-    held at once across channels (then 503). ``current`` looks a channel's settings
+    answers ``/readyz``, which is also 503 while ``store_health`` says the store
+    fails (each accept reports to it; without one, for ``STORE_FAILURE_COOLDOWN_S``
+    after an accept could not store its event), and ``/healthz`` is 503 once the
+    database file was replaced (only a restart ends that). ``accept_timeout_s``
+    bounds the store write (then 503), ``body_timeout_s`` the body upload (then
+    408), ``body_budget_bytes`` the bodies held at once across channels (then
+    503). ``current`` looks a channel's settings
     and secret up at each request (a daemon's applied configuration: an ``allow``
     list or a secret changed by a reload counts at once); without it, ``channels``
     and ``secrets`` are what every request reads.
@@ -312,7 +300,9 @@ def ingress_app(
         readiness=readiness,
         accept_timeout_s=accept_timeout_s,
         body_timeout_s=body_timeout_s,
-        store=_StoreHealth(),
+        store=StoreHealth(cooldown_s=STORE_FAILURE_COOLDOWN_S)
+        if store_health is None
+        else store_health,
         bodies=BodyBudget(body_budget_bytes),
     )
     return Starlette(

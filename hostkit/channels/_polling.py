@@ -30,6 +30,7 @@ import anyio.abc
 import httpx
 
 from hostkit._content_coding import BodyOverCap, ContentCodingError, decoded, raw_body
+from hostkit._store_health import StoreHealth
 from hostkit.channels._parsed import Ignored
 from hostkit.channels._redact_logs import hide_url_tokens
 from hostkit.channels._settings import ChannelSettings, sender_allowed
@@ -63,6 +64,8 @@ class TelegramPoller:
     for callers with their own loop). ``client`` is an injected httpx client
     (its owner closes it); without one the poller opens its own. The token
     appears only in request URLs and never in a log line or an error.
+    ``store_health`` hears of each store call's outcome (a serve's readiness
+    reads it: a polling-only deployment has no webhook to notice a failing store).
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class TelegramPoller:
         limit: int = 100,
         max_response_bytes: int = 4 * 1_048_576,
         accept_timeout_s: float = 10.0,
+        store_health: StoreHealth | None = None,
     ) -> None:
         if config.kind != "telegram" or config.api_origin is None:
             raise ConfigError("polling is the telegram transport", key=f"channels.{channel_id}")
@@ -106,6 +110,7 @@ class TelegramPoller:
         self._limit = limit
         self._max_bytes = max_response_bytes
         self._accept_timeout_s = accept_timeout_s
+        self._store_health = StoreHealth() if store_health is None else store_health
         self._cursor: int | None = None
         self._numbering = 0
         self._loaded = False
@@ -161,7 +166,12 @@ class TelegramPoller:
     async def _load(self) -> None:
         if self._loaded:
             return
-        stored = await self._inbox.checkpoint(self.source_id)
+        try:
+            stored = await self._inbox.checkpoint(self.source_id)
+        except StoreError as exc:
+            self._store_health.failed(exc)
+            raise
+        self._store_health.worked()
         self._numbering, self._cursor = _read_checkpoint(stored)
         self._loaded = True
 
@@ -207,8 +217,13 @@ class TelegramPoller:
         if envelopes:
             position = f"{numbering}:{cursor}" if numbering else str(cursor)
             checkpoint = SourceCheckpoint(self.source_id, position)
-            with anyio.fail_after(self._accept_timeout_s):
-                receipts = await self._inbox.accept_batch(envelopes, checkpoint)
+            try:
+                with anyio.fail_after(self._accept_timeout_s):
+                    receipts = await self._inbox.accept_batch(envelopes, checkpoint)
+            except (StoreError, TimeoutError) as exc:
+                self._store_health.failed(exc)
+                raise
+            self._store_health.worked()
             accepted = sum(1 for receipt in receipts if receipt.disposition == "accepted")
         self._cursor, self._numbering = cursor, numbering
         if accepted and self._on_accept is not None:

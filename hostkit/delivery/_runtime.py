@@ -37,6 +37,7 @@ from hostkit._background import Background
 from hostkit._dead_claims import DEAD_CLAIMS_EVERY_S, expire_dead_claims
 from hostkit._failed_claims import FailedClaims, claim_failure
 from hostkit._renewal import RenewalPace
+from hostkit._store_health import StoreHealth
 from hostkit._streaks import FailureStreak
 from hostkit.delivery._channel import ChannelLookup, ChannelsClosing
 from hostkit.delivery._policy import DeliveryPolicy
@@ -106,6 +107,7 @@ class DeliveryRuntime(Background):
     intents are due by and every Host sharing the store reads (on PostgreSQL
     the server's). A claim never takes back an intent this runtime is still
     sending, whatever that clock does meanwhile: it renews its own claims.
+    ``store_health`` hears of each claim's outcome (a serve's readiness reads it).
 
     Each claim names this runtime's owner (its process), and each serve starts
     by taking over the claims of provably dead owners, then again every
@@ -131,6 +133,7 @@ class DeliveryRuntime(Background):
         grace_s: float = 10.0,
         clock: Clock | None = None,
         rand: Callable[[], float] = random.random,
+        store_health: StoreHealth | None = None,
     ) -> None:
         if not isinstance(store, DeliveryStore):
             raise InvalidValue("DeliveryRuntime needs the store's DeliveryStore (store.delivery)")
@@ -156,6 +159,8 @@ class DeliveryRuntime(Background):
         self._op_timeout_s = float(op_timeout_s)
         # Claims failing at every poll (the store unusable) are logged once per streak.
         self._claims_failing = FailureStreak(_log, "delivery claim")
+        self._recovery_failing = FailureStreak(_log, "recovering dead owners' delivery claims")
+        self._store_health = StoreHealth() if store_health is None else store_health
         # The current serve's failed claims in a row: a drain never takes one for "idle".
         self._failed_claims = FailedClaims(self._op_timeout_s)
         self._grace_s = float(grace_s)
@@ -333,8 +338,10 @@ class DeliveryRuntime(Background):
             with anyio.fail_after(self._op_timeout_s):
                 recovered = await expire_dead_claims(self.store, now=self._clock())
         except (HostkitError, TimeoutError) as exc:
-            _log.warning("recovering dead owners' delivery claims failed: %s", _text(exc))
+            self._recovery_failing.failed(claim_failure(exc, self._op_timeout_s))
+            self._store_health.failed(exc)
             return
+        self._recovery_failing.succeeded()
         if recovered:
             _log.info("made %s of dead owners due now", plural(recovered, "delivery claim"))
 
@@ -365,9 +372,11 @@ class DeliveryRuntime(Background):
             text = claim_failure(exc, self._op_timeout_s)
             self._claims_failing.failed(text)
             self._failed_claims.failed(exc, text, began=began)
+            self._store_health.failed(exc)
             return ()
         self._claims_failing.succeeded()
         self._failed_claims.succeeded()
+        self._store_health.worked()
         return claimed
 
     async def _pause(self) -> None:

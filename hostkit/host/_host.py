@@ -677,6 +677,17 @@ class Host(AsyncResource):
     ) -> None:
         try:
             await self._retire(previous, config, authority_changed=authority_changed)
+        except HostkitError as exc:
+            # The new generation is installed and serves: the apply succeeded, and a
+            # caller told otherwise would retry a change already made (a reload "failed"
+            # while it serves). Only the stored records of dropped MCP declarations stay.
+            _log.warning(
+                "generation %d applied; cleaning up after generation %d failed (records "
+                "of MCP servers no longer declared may stay): %s",
+                self._generation.number,
+                previous.number,
+                exc.message,
+            )
         finally:
             await self._close_if_idle(previous)
 

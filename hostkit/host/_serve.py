@@ -34,6 +34,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from hostkit._background import Background
+from hostkit._store_health import StoreHealth
 from hostkit.channels import TelegramPoller, ingress_app, short_secret
 from hostkit.daemon import (
     DaemonExit,
@@ -244,14 +245,26 @@ class HostDaemon(Background):
             for cid, c in channels.items()
             if c.inbound == "polling"
         }
+        # Every store user of this serve reports here; /readyz and /healthz read it.
+        self.store_health = StoreHealth()
         self.worker = host.inbox_worker(
             route=self._channel_agent,
+            store_health=self.store_health,
             concurrency=serve.inbox_concurrency,
             grace_s=serve.drain_timeout_s - delivery_share(serve.drain_timeout_s),
         )
-        self.delivery = host.delivery_runtime(grace_s=serve.drain_timeout_s)
+        self.delivery = host.delivery_runtime(
+            grace_s=serve.drain_timeout_s, store_health=self.store_health
+        )
         self._pollers = [
-            TelegramPoller(cid, channels[cid], host.inbox, token=token, on_accept=self.worker.wake)
+            TelegramPoller(
+                cid,
+                channels[cid],
+                host.inbox,
+                token=token,
+                on_accept=self.worker.wake,
+                store_health=self.store_health,
+            )
             for cid, token in tokens.items()
         ]
         self._channels: dict[str, ChannelConfig] = dict(channels)
@@ -414,6 +427,7 @@ class HostDaemon(Background):
             on_accept=self.worker.wake,
             readiness=self._readiness,
             current=self._webhook,
+            store_health=self.store_health,
         )
 
     def _webhook(self, channel_id: str) -> tuple[ChannelConfig, str] | None:

@@ -42,6 +42,7 @@ from hostkit._cancellation import uninterrupted
 from hostkit._dead_claims import DEAD_CLAIMS_EVERY_S
 from hostkit._failed_claims import FailedClaims, claim_failure
 from hostkit._renewal import RenewalPace
+from hostkit._store_health import StoreHealth
 from hostkit._streaks import FailureStreak
 from hostkit.errors import (
     HostkitError,
@@ -142,7 +143,8 @@ class InboxWorker(Background):
     of one dead-lettered after its last transient failure (a session busy past
     the admission deadline, a store or service that never came back) that it
     will not be answered, rather than the next message being answered as if it
-    had never been sent.
+    had never been sent. ``store_health`` hears of each claim's outcome (a serve's
+    readiness reads it).
     """
 
     def __init__(
@@ -162,6 +164,7 @@ class InboxWorker(Background):
         op_timeout_s: float = 30.0,
         turn_timeout_s: float = 3_600.0,
         clock: Clock | None = None,
+        store_health: StoreHealth | None = None,
     ) -> None:
         if not isinstance(inbox, ChannelInbox):
             raise InvalidValue("InboxWorker needs a ChannelInbox")
@@ -197,6 +200,8 @@ class InboxWorker(Background):
         self._op_timeout_s = float(op_timeout_s)
         # Claims failing at every poll (the store unusable) are logged once per streak.
         self._claims_failing = FailureStreak(_log, "inbox claim")
+        self._recovery_failing = FailureStreak(_log, "recovering dead owners' inbox claims")
+        self._store_health = StoreHealth() if store_health is None else store_health
         # The current serve's failed claims in a row: a drain never takes one for "idle".
         self._failed_claims = FailedClaims(self._op_timeout_s)
         self._turn_timeout_s = float(turn_timeout_s)
@@ -359,8 +364,10 @@ class InboxWorker(Background):
                 recovered = await self.inbox.recover_dead_claims()
         except (HostkitError, TimeoutError) as exc:
             # Those claims then wait out their leases, as they did before.
-            _log.warning("recovering dead owners' inbox claims failed: %s", _text(exc))
+            self._recovery_failing.failed(claim_failure(exc, self._op_timeout_s))
+            self._store_health.failed(exc)
             return
+        self._recovery_failing.succeeded()
         if recovered:
             _log.info("made %s of dead owners due now", plural(recovered, "inbox claim"))
 
@@ -376,9 +383,11 @@ class InboxWorker(Background):
             text = claim_failure(exc, self._op_timeout_s)
             self._claims_failing.failed(text)
             self._failed_claims.failed(exc, text, began=began)
+            self._store_health.failed(exc)
             return ()
         self._claims_failing.succeeded()
         self._failed_claims.succeeded()
+        self._store_health.worked()
         return claimed
 
     async def _pause(self) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+import hostkit._store_health as store_health_module
 from hostkit.channels import _app as ingress_app_module
 from hostkit.channels import classify, sign_webhook
 from hostkit.errors import DatabaseReplaced, StoreError
@@ -212,7 +213,7 @@ async def test_readiness_is_503_for_a_while_after_the_inbox_could_not_store_an_e
         raise StoreError("write failed: SQLITE_BUSY: database is locked", retryable=True)
 
     clock = SteppedMonotonic()
-    monkeypatch.setattr(ingress_app_module, "time", clock)
+    monkeypatch.setattr(store_health_module, "time", clock)
     cooldown_s = ingress_app_module.STORE_FAILURE_COOLDOWN_S
     async with (
         serve_ingress(inbox, readiness=lambda: (True, {"inbox": "running"})) as url,
@@ -250,7 +251,7 @@ async def test_readiness_stays_503_while_the_database_file_is_replaced(
         raise DatabaseReplaced("hostkit.db")
 
     clock = SteppedMonotonic()
-    monkeypatch.setattr(ingress_app_module, "time", clock)
+    monkeypatch.setattr(store_health_module, "time", clock)
     async with (
         serve_ingress(inbox, readiness=lambda: (True, {"inbox": "running"})) as url,
         httpx.AsyncClient(base_url=url) as client,
