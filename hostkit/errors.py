@@ -34,6 +34,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
         │   ├── ClockSkew          this machine's clock and the database server's disagree
         │   └── MigrationError     names the database, the backup and the restore action
         ├── LeaseLost              a write carried a fencing token its lease no longer has
+        ├── InboxFull              the inbox refused a new inbound: backlog or disk reserve reached
         ├── DeliveryRefused        an outbound channel refused or failed one delivery attempt
         ├── PollError              a polled platform (getUpdates) failed (status, retryable)
         ├── ProviderError          a model provider call failed (status, retryable, retry_after)
@@ -65,6 +66,7 @@ __all__ = [
     "DatabaseReplaced",
     "DeliveryRefused",
     "HostkitError",
+    "InboxFull",
     "InvalidTurnRequest",
     "InvalidValue",
     "LeaseLost",
@@ -625,6 +627,25 @@ class LeaseLost(RuntimeFailure):
     def __init__(self, lease: str = "lease") -> None:
         self.lease = bounded(lease, 60)
         super().__init__(f"the {self.lease} is no longer held by this writer; write refused")
+
+
+class InboxFull(RuntimeFailure):
+    """The inbox refused a new inbound, nothing of the call stored: the queued backlog
+    reached its limit (``reason`` "backlog"), or the database's disk is down to the free
+    space the Host keeps ("disk"). Retryable: the transport does not acknowledge, and the
+    platform resends after ``retry_after`` seconds, when workers may have made room. A
+    duplicate of an inbound already stored is never refused (its answer needs no room).
+    """
+
+    def __init__(self, reason: str, *, retry_after: float) -> None:
+        self.reason = bounded(reason, 20)
+        self.retry_after = retry_after
+        what = (
+            "its queued backlog reached the limit ([serve] inbox_max_queued)"
+            if reason == "backlog"
+            else "the database's disk is down to the space it keeps (host.artifact_reserve_mb)"
+        )
+        super().__init__(f"the inbox refused a new inbound: {what}", retryable=True)
 
 
 class PollError(RuntimeFailure):

@@ -18,6 +18,7 @@ whose caller reads the status, gets 403).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from hostkit._store_health import StoreHealth
+from hostkit._streaks import FailureStreak
 from hostkit.channels._body import BODY_BUDGET_BYTES, BodyBudget, BodyShare, read_body
 from hostkit.channels._parsed import Challenge, HeaderCheck, Ignored, Parsed
 from hostkit.channels._settings import ChannelSettings, sender_allowed, short_secret
@@ -41,6 +43,7 @@ from hostkit.errors import (
     ChannelRefused,
     ConfigError,
     HostkitError,
+    InboxFull,
     InvalidValue,
     bounded,
 )
@@ -90,8 +93,8 @@ Readiness = Callable[[], tuple[bool, Mapping[str, Any]]]
 RETRY_AFTER_S = 5
 
 
-def _error(status: int, text: str) -> JSONResponse:
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
+def _error(status: int, text: str, *, retry_after: float = RETRY_AFTER_S) -> JSONResponse:
+    headers = {"Retry-After": str(math.ceil(retry_after))} if status == 503 else None
     return JSONResponse({"error": bounded(text, _MAX_ERROR)}, status_code=status, headers=headers)
 
 
@@ -117,6 +120,8 @@ class _Ingress:
     body_timeout_s: float
     store: StoreHealth
     bodies: BodyBudget
+    # A full inbox refuses every event of a flood the same way: one line per streak.
+    full: FailureStreak
 
     async def receive(self, request: Request) -> Response:
         channel_id = request.path_params["channel_id"]
@@ -188,6 +193,10 @@ class _Ingress:
         try:
             with anyio.fail_after(self.accept_timeout_s):
                 receipt = await self.inbox.accept(envelope)
+        except InboxFull as exc:
+            # Back-pressure, not a store failure: the sender retries once workers made room.
+            self.full.failed(exc.message)
+            return _error(503, "the inbox is full; retry later", retry_after=exc.retry_after)
         except InvalidValue as exc:
             _log.warning("channel %s: the inbox refused an event: %s", channel_id, exc.message)
             return _error(400, "the event is not a valid inbound")
@@ -199,6 +208,7 @@ class _Ingress:
             self.store.failed(exc)
             return _error(503, "the inbox is unavailable; retry later")
         self.store.worked()
+        self.full.succeeded()
         if receipt.disposition == "accepted" and self.on_accept is not None:
             try:
                 self.on_accept()
@@ -304,6 +314,7 @@ def ingress_app(
         if store_health is None
         else store_health,
         bodies=BodyBudget(body_budget_bytes),
+        full=FailureStreak(_log, "accepting inbound events"),
     )
     return Starlette(
         routes=[

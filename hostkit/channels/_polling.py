@@ -38,6 +38,7 @@ from hostkit.channels._telegram import envelope_from_update, update_id
 from hostkit.errors import (
     ChannelRefused,
     ConfigError,
+    InboxFull,
     PollError,
     StoreError,
     bounded,
@@ -138,7 +139,7 @@ class TelegramPoller:
                         )
                         raise
                     await self._back_off(exc.message)
-                except (StoreError, TimeoutError) as exc:
+                except (StoreError, InboxFull, TimeoutError) as exc:
                     await self._back_off(
                         getattr(exc, "message", "the inbox did not answer in time")
                     )
@@ -147,7 +148,8 @@ class TelegramPoller:
         """One ``getUpdates`` round; how many new envelopes the inbox accepted.
 
         Raises ``PollError`` (the platform failed; the cursor did not move) or
-        the inbox's ``StoreError`` (nothing stored; the cursor did not move).
+        the inbox's ``StoreError`` or ``InboxFull`` (nothing stored; the cursor did
+        not move).
         """
         async with self._session() as client:
             await self._load()

@@ -394,7 +394,8 @@ class HostSection(_Strict):
     # Free space terminal output never takes from the artifacts' disk (0: none kept): a run
     # is refused below it, and one whose output would pass it ends failed. The database
     # and its backups usually share that disk. The files tools keep it free too, on a
-    # workspace disk that holds Host state.
+    # workspace disk that holds Host state, and the inbox on the SQLite database's disk:
+    # below it a new inbound is refused (InboxFull) before turn results could not be stored.
     artifact_reserve_mb: int = Field(default=256, ge=0, le=1_048_576)
     # How long terminal output files are kept after their last write (0: forever). Longer
     # than any run can write one, so a running run's file is never old enough.

@@ -170,6 +170,10 @@ class ServeSection(_Strict):
     # Inbound messages in flight (turns) and outbox intents in flight (sends) at once.
     inbox_concurrency: int = Field(default=4, ge=1, le=64)
     delivery_concurrency: int = Field(default=8, ge=1, le=64)
+    # Back-pressure: inbound messages queued (ready or claimed) at most. Past it a new one
+    # is refused (a webhook answers 503 with Retry-After; a poller keeps its cursor) until
+    # the workers catch up, so a flood waits at its sender instead of filling the disk.
+    inbox_max_queued: int = Field(default=10_000, ge=1, le=1_000_000)
     # Delivery: attempts before the dead letter, and the backoff between them.
     delivery_max_attempts: int = Field(default=8, ge=1, le=100)
     delivery_backoff_s: float = Field(default=2.0, gt=0, le=3_600)

@@ -95,7 +95,7 @@ from hostkit.host._reload import (
 from hostkit.host._serve import HostDaemon
 from hostkit.host._store import open_configured_store
 from hostkit.inbox import ChannelInbox, InboxWorker, Route
-from hostkit.store import LeaseOwner, RuntimeStore
+from hostkit.store import InboxLimits, LeaseOwner, RuntimeStore
 from hostkit.telemetry import Tracing, open_tracing
 from hostkit.turns import Observer, PinnedCore, TurnExecution
 from hostkit.types import (
@@ -255,7 +255,14 @@ class Host(AsyncResource):
         self.memory = HostMemory(
             store=store, authority=authority, agents=lambda: self.config.agents
         )
-        self.inbox = ChannelInbox.on_store(store)
+        # New inbounds stop at the backlog limit, and before the database's disk is down
+        # to the reserve the Host keeps for turn results and delivery records.
+        self.inbox = ChannelInbox.on_store(
+            store,
+            limits=InboxLimits(
+                config.serve.inbox_max_queued, config.host.artifact_reserve_mb << 20
+            ),
+        )
         self._inbound = InboundTurns(
             self.turns,
             store,

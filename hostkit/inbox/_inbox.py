@@ -26,6 +26,7 @@ from hostkit.inbox._policy import RetentionPolicy, RetryPolicy
 from hostkit.store import (
     MAX_CLAIM_BATCH,
     MAX_REASON,
+    InboxLimits,
     InboxStore,
     LeaseOwner,
     RuntimeStore,
@@ -74,6 +75,8 @@ class ChannelInbox:
     code built on the inbox. ``clock`` and ``rng`` drive retry times, so a test
     can move time instead of sleeping; ``clock`` is the store's by default
     (``InboxStore.now``: on PostgreSQL the server's, which every Host reads).
+    ``limits`` is the back-pressure: a new inbound past them is refused with
+    ``InboxFull`` (none: every inbound is stored while the store can).
     """
 
     def __init__(
@@ -86,6 +89,7 @@ class ChannelInbox:
         rng: random.Random | None = None,
         owner: str | None = None,
         verify_scope: ScopeCheck | None = None,
+        limits: InboxLimits | None = None,
     ) -> None:
         if not isinstance(store, InboxStore):
             raise InvalidValue("ChannelInbox needs an InboxStore")
@@ -98,6 +102,8 @@ class ChannelInbox:
             raise InvalidValue("ChannelInbox rng must be a random.Random")
         if owner is not None and not is_text(owner, limit=256):
             raise InvalidValue("ChannelInbox owner must be 1 to 256 characters of valid text")
+        if limits is not None and not isinstance(limits, InboxLimits):
+            raise InvalidValue("ChannelInbox limits must be an InboxLimits")
         self._store = store
         self.policy = policy or RetryPolicy()
         self.retention = retention or RetentionPolicy()
@@ -105,6 +111,7 @@ class ChannelInbox:
         self._rng = rng or random.Random()
         self._owner = owner
         self._verify_scope = verify_scope
+        self.limits = limits
         # Claims this inbox handed out and that have not ended: released on shutdown.
         self._held: dict[str, str] = {}
 
@@ -152,12 +159,14 @@ class ChannelInbox:
 
         Acknowledge the transport (2xx, mark Seen, advance a cursor) only after
         this returns. On ``StoreError`` nothing was stored and the checkpoint
-        did not move: the transport must retry or keep the old cursor.
+        did not move: the transport must retry or keep the old cursor. The same
+        holds for ``InboxFull`` (past ``limits``: the backlog, or the disk's
+        reserve), which a duplicate never gets: it is answered as before.
         """
         batch = _checked_batch(envelopes)
         if checkpoint is not None and not isinstance(checkpoint, SourceCheckpoint):
             raise InvalidValue("checkpoint must be a SourceCheckpoint")
-        return await self._store.accept(batch, checkpoint, now=self._clock())
+        return await self._store.accept(batch, checkpoint, now=self._clock(), limits=self.limits)
 
     async def checkpoint(self, source_id: str) -> str | None:
         """The cursor a polling transport resumes from (None: from the start)."""

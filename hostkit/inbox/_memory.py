@@ -18,10 +18,17 @@ from typing import Literal
 
 import anyio
 
-from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
+from hostkit.errors import InboxFull, InvalidValue, NotFoundOrUnauthorized
 from hostkit.freeze import FrozenMap
 from hostkit.inbox._memory_index import ConversationIndex, DueEntry, DueIndex, OwnerIndex
-from hostkit.store import ATTEMPTS_EXHAUSTED, MAX_CLAIM_OWNERS, InboxStore, inbox_checks
+from hostkit.store import (
+    ATTEMPTS_EXHAUSTED,
+    INBOX_FULL_RETRY_AFTER_S,
+    MAX_CLAIM_OWNERS,
+    InboxLimits,
+    InboxStore,
+    inbox_checks,
+)
 from hostkit.types import (
     UNANSWERED_OUTCOMES,
     UNPROCESSABLE,
@@ -114,10 +121,12 @@ class MemoryInboxStore(InboxStore):
         checkpoint: SourceCheckpoint | None,
         *,
         now: float,
+        limits: InboxLimits | None = None,
     ) -> tuple[InboxReceipt, ...]:
         await anyio.lowlevel.checkpoint()
         batch, cursor = inbox_checks.check_batch(envelopes, checkpoint)
         at = inbox_checks.check_instant("now", now)
+        limits = inbox_checks.check_limits(limits)
         # Plan first (nothing can fail after this), then apply: all or nothing.
         fresh: dict[tuple[str, str], str] = {}
         receipts: list[InboxReceipt] = []
@@ -129,6 +138,8 @@ class MemoryInboxStore(InboxStore):
             inbound_id = new_id("inb")
             fresh[envelope.dedup_key] = inbound_id
             receipts.append(InboxReceipt(inbound_id, "accepted"))
+        if limits is not None and fresh and self._queued() + len(fresh) > limits.max_queued:
+            raise InboxFull("backlog", retry_after=INBOX_FULL_RETRY_AFTER_S)
         by_id = {envelope.dedup_key: envelope for envelope in reversed(batch)}
         for key, inbound_id in fresh.items():
             self._seq += 1
@@ -425,6 +436,10 @@ class MemoryInboxStore(InboxStore):
         return None if row is None else _record(row)
 
     # -- internals ---------------------------------------------------------------------
+
+    def _queued(self) -> int:
+        """Rows ready or claimed (a scan: this adapter holds a test's few rows)."""
+        return sum(row.state in ("ready", "claimed") for row in self._rows.values())
 
     def _is_live(self, entry: DueEntry) -> bool:
         """A due entry counts while it is its row's latest and the row is the first

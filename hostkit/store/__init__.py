@@ -57,8 +57,10 @@ from hostkit.store._delivery import (
 from hostkit.store._delivery_sql import SqlDeliveryStore
 from hostkit.store._inbox import (
     ATTEMPTS_EXHAUSTED,
+    INBOX_FULL_RETRY_AFTER_S,
     MAX_CLAIM_BATCH,
     MAX_INBOX_LIST,
+    InboxLimits,
     InboxStore,
 )
 from hostkit.store._inbox_sql import SqlInboxStore
@@ -146,6 +148,7 @@ __all__ = [
     "EMPTY_NOTICE",
     "FAILED_ACTED_NOTICE",
     "FAILED_NOTICE",
+    "INBOX_FULL_RETRY_AFTER_S",
     "INDETERMINATE_NOTICE",
     "LOST_NOTICE",
     "MAX_BOOTSTRAP_CHARS",
@@ -200,6 +203,7 @@ __all__ = [
     "CoreStore",
     "DeliveryStore",
     "HistoryRow",
+    "InboxLimits",
     "InboxStore",
     "InspectQueries",
     "LeaseOwner",

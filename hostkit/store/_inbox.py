@@ -33,7 +33,9 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from hostkit.errors import InvalidValue
 from hostkit.store._checks import MAX_CLAIM_OWNERS
 from hostkit.types import (
     ChannelCounts,
@@ -48,12 +50,15 @@ from hostkit.types import (
     PruneReport,
     RetryDecision,
     SourceCheckpoint,
+    is_count,
 )
 
 __all__ = [
     "ATTEMPTS_EXHAUSTED",
+    "INBOX_FULL_RETRY_AFTER_S",
     "MAX_CLAIM_BATCH",
     "MAX_INBOX_LIST",
+    "InboxLimits",
     "InboxStore",
 ]
 
@@ -63,6 +68,33 @@ MAX_INBOX_LIST = 500
 # The failure code of a row whose lease expired after its last allowed attempt
 # (its worker died or hung every time: a poison message).
 ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+# What a full inbox asks the sender to wait before it sends again (``InboxFull``).
+INBOX_FULL_RETRY_AFTER_S = 5.0
+# The largest backlog limit and disk reserve an ``InboxLimits`` takes.
+MAX_QUEUED_LIMIT = 100_000_000
+MAX_RESERVE_BYTES = 1 << 40
+
+
+@dataclass(frozen=True, slots=True)
+class InboxLimits:
+    """When ``accept`` refuses new inbounds (``InboxFull``) instead of storing them.
+
+    ``max_queued``: inbounds ``ready`` or ``claimed`` at most, so a flood
+    waits at its sender instead of filling the disk. ``reserve_bytes``: free
+    space kept on the database's disk (SQLite: turn results, delivery records
+    and the WAL must still fit; on PostgreSQL the disk is the server's).
+    """
+
+    max_queued: int
+    reserve_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if not is_count(self.max_queued, high=MAX_QUEUED_LIMIT):
+            raise InvalidValue(f"max_queued must be a whole number from 1 to {MAX_QUEUED_LIMIT}")
+        if not is_count(self.reserve_bytes, low=0, high=MAX_RESERVE_BYTES):
+            raise InvalidValue(
+                f"reserve_bytes must be a whole number from 0 to {MAX_RESERVE_BYTES}"
+            )
 
 
 class InboxStore(ABC):
@@ -84,6 +116,7 @@ class InboxStore(ABC):
         checkpoint: SourceCheckpoint | None,
         *,
         now: float,
+        limits: InboxLimits | None = None,
     ) -> tuple[InboxReceipt, ...]:
         """Store each new envelope (``ready``, due ``now``, attempt 0) and the checkpoint.
 
@@ -92,6 +125,12 @@ class InboxStore(ABC):
         ``duplicate`` with the first inbound id. The checkpoint (if any)
         replaces the source's cursor in the same transaction. Each new row
         reserves its turn-request id (``inbound:<inbound id>``) here.
+
+        With ``limits``, a batch whose new envelopes would take the queued
+        backlog past ``max_queued``, or any new envelope while the database's
+        disk has less than ``reserve_bytes`` free, raises ``InboxFull`` and
+        stores nothing; duplicates are answered first, so a batch of only
+        duplicates is never refused.
         """
 
     async def watch(self, wake: Callable[[], None]) -> None:

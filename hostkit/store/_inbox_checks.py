@@ -25,7 +25,7 @@ from hostkit.store._checks import (
     check_reason,
     check_ref,
 )
-from hostkit.store._inbox import MAX_CLAIM_BATCH, MAX_INBOX_LIST
+from hostkit.store._inbox import MAX_CLAIM_BATCH, MAX_INBOX_LIST, InboxLimits
 from hostkit.types import (
     MAX_BATCH,
     InboundEnvelope,
@@ -76,6 +76,13 @@ def check_batch(
     if checkpoint is not None and not isinstance(checkpoint, SourceCheckpoint):
         raise InvalidValue("checkpoint must be a SourceCheckpoint")
     return batch, checkpoint
+
+
+def check_limits(limits: object) -> InboxLimits | None:
+    """None or an ``InboxLimits`` (checked when it was made), or ``InvalidValue``."""
+    if limits is not None and not isinstance(limits, InboxLimits):
+        raise InvalidValue("limits must be an InboxLimits")
+    return limits
 
 
 def check_claim_args(

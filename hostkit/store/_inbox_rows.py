@@ -11,10 +11,12 @@ queued: these functions only run statements and build frozen values from rows
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
@@ -78,6 +80,11 @@ _INSERT = (
     "ON CONFLICT (channel_instance_id, platform_event_key) DO NOTHING"
 )
 _EXISTING = "SELECT inbound_id FROM inbox WHERE channel_instance_id = ? AND platform_event_key = ?"
+# The queued backlog, counted no further than the limit: read from the inbox_due index
+# (only ready and claimed rows), so a full inbox costs an accept no more than the limit.
+_QUEUED = (
+    "SELECT count(*) FROM (SELECT 1 FROM inbox WHERE state IN ('ready', 'claimed') LIMIT ?) AS q"
+)
 # PostgreSQL hands ids out at insert, not at commit: two accepts of one conversation
 # could commit out of id order, and a claim between them would take the later message
 # first. Accepts of one conversation therefore take turns (a lock held to the commit),
@@ -255,16 +262,33 @@ def envelope_params(envelope: InboundEnvelope, now: float) -> list[Any]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class Room:
+    """A checked ``InboxLimits``, with the directory whose disk keeps ``reserve_bytes``
+    free (None: the database is on a server's disk)."""
+
+    max_queued: int
+    reserve_bytes: int
+    directory: Path | None
+
+
+Refusal = Literal["backlog", "disk"]
+
+
 def accept_rows(
     conn: sqlite3.Connection,
     batch: Sequence[tuple[tuple[str, str], list[Any]]],
     checkpoint: tuple[str, str, float] | None,
     unseen_channels: frozenset[str],
-) -> tuple[InboxReceipt, ...]:
+    room: Room | None = None,
+) -> tuple[InboxReceipt, ...] | Refusal:
     """Insert each new key (dedup by the unique index), then the checkpoint; one transaction.
 
     Only channel instances in ``unseen_channels`` may lack their fairness row:
-    the ones of those that got an accepted row get it (if still missing).
+    the ones of those that got an accepted row get it (if still missing). With
+    ``room``, a batch that would pass it writes nothing and returns why (the
+    caller raises ``InboxFull``): returned, not raised, so the writer need not
+    roll back and rerun the other jobs of its group commit.
     """
     receipts: list[InboxReceipt] = []
     first: dict[tuple[str, str], str] = {}
@@ -272,6 +296,10 @@ def accept_rows(
     if is_postgres(conn):
         conversations = sorted({json.dumps([params[1], params[4]]) for _, params in batch})
         conn.execute(_CONVERSATION_TURNS, [conversations]).fetchall()
+    if room is not None:
+        refusal = _refusal(conn, batch, room)
+        if refusal is not None:
+            return refusal
     for key, params in batch:
         known = first.get(key)
         if known is not None:
@@ -292,6 +320,27 @@ def accept_rows(
     if checkpoint is not None:
         conn.execute(_CHECKPOINT, checkpoint)
     return tuple(receipts)
+
+
+def _refusal(
+    conn: sqlite3.Connection, batch: Sequence[tuple[tuple[str, str], list[Any]]], room: Room
+) -> Refusal | None:
+    """Why the batch's new keys do not fit, or None. Duplicates need no room, so keys
+    are looked up only when the backlog or the disk is short."""
+    short_disk = room.directory is not None and _free_bytes(room.directory) < room.reserve_bytes
+    free = room.max_queued - int(conn.execute(_QUEUED, [room.max_queued]).fetchone()[0])
+    if not short_disk and free >= len(batch):
+        return None
+    fresh = {key for key, _ in batch if conn.execute(_EXISTING, key).fetchone() is None}
+    if fresh and short_disk:
+        return "disk"
+    return "backlog" if len(fresh) > free else None
+
+
+def _free_bytes(directory: Path) -> int:
+    """Blocking (the writer's thread): bytes an unprivileged writer may still use there."""
+    stats = os.statvfs(directory)
+    return stats.f_bavail * stats.f_frsize
 
 
 def read_checkpoint(conn: sqlite3.Connection, source_id: str) -> str | None:

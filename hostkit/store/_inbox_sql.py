@@ -13,10 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from hostkit.errors import InboxFull
 from hostkit.store import _inbox_checks as checks
 from hostkit.store import _inbox_rows as rows
 from hostkit.store._checks import MAX_CLAIM_OWNERS
-from hostkit.store._inbox import MAX_CLAIM_BATCH, InboxStore
+from hostkit.store._inbox import (
+    INBOX_FULL_RETRY_AFTER_S,
+    MAX_CLAIM_BATCH,
+    InboxLimits,
+    InboxStore,
+)
 from hostkit.types import (
     ChannelCounts,
     ClaimedInbound,
@@ -56,15 +62,26 @@ class SqlInboxStore(InboxStore):
         checkpoint: SourceCheckpoint | None,
         *,
         now: float,
+        limits: InboxLimits | None = None,
     ) -> tuple[InboxReceipt, ...]:
         at = checks.check_instant("now", now)
         batch, source = checks.check_batch(envelopes, checkpoint)
+        room = None
+        limits = checks.check_limits(limits)
+        if limits is not None:
+            # No reserve is kept on a server's disk (PostgreSQL): only the backlog counts.
+            directory = self._db.local_directory if limits.reserve_bytes else None
+            room = rows.Room(limits.max_queued, limits.reserve_bytes, directory)
         encoded = [(envelope.dedup_key, rows.envelope_params(envelope, at)) for envelope in batch]
         cursor = None if source is None else (source.source_id, source.cursor, at)
         # Only instances this store has not yet seen may lack their fairness row: the
         # job gets those few, never a copy of every known instance.
         unseen = frozenset(key[0] for key, _ in encoded).difference(self._channels)
-        receipts = await self._db.write(lambda raw: rows.accept_rows(raw, encoded, cursor, unseen))
+        receipts = await self._db.write(
+            lambda raw: rows.accept_rows(raw, encoded, cursor, unseen, room)
+        )
+        if isinstance(receipts, str):
+            raise InboxFull(receipts, retry_after=INBOX_FULL_RETRY_AFTER_S)
         self._channels.update(unseen)
         return receipts
 

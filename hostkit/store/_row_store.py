@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 from abc import abstractmethod
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError, StoreClosed
@@ -108,6 +109,12 @@ class RowStore(RuntimeStore):
     @abstractmethod
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` in one read-only transaction (a consistent snapshot)."""
+
+    @property
+    def local_directory(self) -> Path | None:
+        """The directory of a database file on this machine, whose disk the Host keeps
+        free space on (``InboxLimits.reserve_bytes``); None when the disk is a server's."""
+        return None
 
     async def watch_inbox(self, wake: Callable[[], None]) -> None:
         """See ``InboxStore.watch``: this adapter cannot be told, so it returns at once."""

@@ -204,6 +204,10 @@ class SqliteStore(RowStore):
     def location(self) -> str:
         return str(self.path)
 
+    @property
+    def local_directory(self) -> Path | None:
+        return self.path.parent
+
     def now(self) -> float:
         """This machine's wall clock: every process on the file reads the same one."""
         return time.time()

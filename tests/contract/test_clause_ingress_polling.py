@@ -27,8 +27,8 @@ from hostkit.errors import PollError, StoreError
 from hostkit.host._config import ChannelConfig
 from hostkit.inbox import ChannelInbox
 from hostkit.inbox._memory import MemoryInboxStore
-from hostkit.store import RuntimeStore
-from hostkit.types import InboundEnvelope, InboxReceipt, SourceCheckpoint
+from hostkit.store import InboxLimits, RuntimeStore
+from hostkit.types import InboundEnvelope, InboundFailure, InboxReceipt, SourceCheckpoint
 from tests.platforms import FakeTelegram, telegram_callback, telegram_message
 from tests.support import claim_all
 
@@ -144,8 +144,9 @@ class _LostAnswer(MemoryInboxStore):
         checkpoint: SourceCheckpoint | None,
         *,
         now: float,
+        limits: InboxLimits | None = None,
     ) -> tuple[InboxReceipt, ...]:
-        receipts = await super().accept(envelopes, checkpoint, now=now)
+        receipts = await super().accept(envelopes, checkpoint, now=now, limits=limits)
         if self.lose:
             self.lose = False
             raise StoreError("connection lost after commit", retryable=True)
@@ -195,6 +196,45 @@ async def test_run_backs_off_after_a_failure_then_accepts(store: RuntimeStore) -
             tasks.cancel_scope.cancel()
         assert len(telegram.polls) >= 2
     assert [r.platform_event_key for r in await inbox.records()] == ["1"]
+
+
+async def test_run_backs_off_while_the_inbox_is_full_and_keeps_the_cursor(
+    store: RuntimeStore,
+) -> None:
+    """Back-pressure: a full inbox refuses the batch (``InboxFull``); the poller keeps its
+    cursor and polls again after its backoff, and stores the update once there is room."""
+    inbox = ChannelInbox.on_store(store, limits=InboxLimits(1))
+    await inbox.accept(
+        InboundEnvelope(
+            channel_instance_id="hooks",
+            platform_event_key="e1",
+            conversation_key="c",
+            principal_key="p",
+            authenticated_by="hmac",
+            received_at=1e9,
+            payload="queued",
+        )
+    )
+    woken = anyio.Event()
+    async with FakeTelegram.running(token=TOKEN) as telegram:
+        telegram.push_update(telegram_message(10, 7, "while full"))
+        poller = TelegramPoller(
+            "tg-poll", _config(telegram.api_base), inbox, token=TOKEN, on_accept=woken.set
+        )
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(poller.run)
+            for _ in range(500):  # refused at least twice, each after its backoff
+                if len(telegram.polls) >= 3:
+                    break
+                await anyio.sleep(0.02)
+            assert len(telegram.polls) >= 3
+            assert await inbox.checkpoint(SOURCE) is None
+            for claimed in await claim_all(inbox):
+                await inbox.fail(claimed, InboundFailure("permanent", "test", "made room"))
+            with anyio.fail_after(10):
+                await woken.wait()
+            tasks.cancel_scope.cancel()
+    assert await inbox.checkpoint(SOURCE) == "2"
 
 
 async def test_a_refused_token_stops_run_with_a_clear_error_that_hides_the_token(

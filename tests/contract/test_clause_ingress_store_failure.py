@@ -17,7 +17,7 @@ import pytest
 from hostkit.channels import sign_webhook
 from hostkit.inbox import ChannelInbox
 from hostkit.inbox._memory import MemoryInboxStore
-from hostkit.store import RuntimeStore
+from hostkit.store import InboxLimits, RuntimeStore
 from hostkit.types import InboundEnvelope, InboxReceipt, SourceCheckpoint
 from tests.ingress import NOW, SECRETS, serve_ingress, to_json
 
@@ -63,9 +63,10 @@ class _StalledStore(MemoryInboxStore):
         checkpoint: SourceCheckpoint | None,
         *,
         now: float,
+        limits: InboxLimits | None = None,
     ) -> tuple[InboxReceipt, ...]:
         await self.release.wait()
-        return await super().accept(envelopes, checkpoint, now=now)
+        return await super().accept(envelopes, checkpoint, now=now, limits=limits)
 
 
 async def test_an_accept_past_its_deadline_answers_503() -> None:

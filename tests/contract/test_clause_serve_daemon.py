@@ -41,7 +41,9 @@ SECRET = "hook-secret-Vb7-3c2d"
 ENV = {"HOOK_SECRET": SECRET}
 
 
-def _config(tmp_path: Path, deliver_url: str, **hooks: Any) -> Any:
+def _config(
+    tmp_path: Path, deliver_url: str, *, serve: dict[str, Any] | None = None, **hooks: Any
+) -> Any:
     return parse_config(
         {
             "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
@@ -55,7 +57,7 @@ def _config(tmp_path: Path, deliver_url: str, **hooks: Any) -> Any:
                     **hooks,
                 }
             },
-            "serve": {"port": 0, "drain_timeout_s": 10},
+            "serve": {"port": 0, "drain_timeout_s": 10, **(serve or {})},
         },
         base_dir=tmp_path,
     )
@@ -78,10 +80,13 @@ class SlowModel:
 
 @asynccontextmanager
 async def serving(
-    tmp_path: Path, model: SlowModel, changes: Changes | None = None
+    tmp_path: Path,
+    model: SlowModel,
+    changes: Changes | None = None,
+    serve: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[Host, HostDaemon, WebhookReceiver]]:
     async with WebhookReceiver.running(secret=SECRET) as receiver:
-        config = _config(tmp_path, receiver.deliver_url)
+        config = _config(tmp_path, receiver.deliver_url, serve=serve)
         caps = dataclasses.replace(
             capabilities(ScriptedModel([model], repeat_last=True)),
             channels=ConfiguredChannels(config, ENV),
@@ -155,6 +160,40 @@ async def test_a_signed_webhook_becomes_a_turn_and_health_answers(tmp_path: Path
         exit_ = await daemon.shutdown(reason="test")
     assert (exit_.code, exit_.cut) == (0, ())
     assert [d.state for d in daemon.statuses()] == ["stopped"] * 4
+
+
+async def test_a_full_inbox_answers_503_with_retry_after_and_logs_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Back-pressure: past [serve] inbox_max_queued a new webhook is not acknowledged, so
+    the platform resends it later; a resent one already stored is still answered 200."""
+    model = SlowModel()
+    async with serving(tmp_path, model, serve={"inbox_max_queued": 1}) as (host, daemon, _):
+        assert daemon.url is not None
+        async with httpx.AsyncClient(base_url=daemon.url, timeout=10) as client:
+            body, headers = _signed("evt-1", "slow")
+            first = await client.post("/channels/hooks", content=body, headers=headers)
+            assert first.json()["status"] == "accepted"
+            with anyio.fail_after(10):
+                await model.entered.wait()  # claimed: still queued
+            for event in ("evt-2", "evt-3"):
+                body2, headers2 = _signed(event, "later")
+                full = await client.post("/channels/hooks", content=body2, headers=headers2)
+                assert full.status_code == 503
+                assert full.headers["retry-after"] == "5"
+                assert "full" in full.json()["error"]
+            again = await client.post("/channels/hooks", content=body, headers=headers)
+            assert (again.status_code, again.json()["status"]) == (200, "duplicate")
+            assert (await client.get("/readyz")).status_code == 200
+            model.opened.set()
+            await _state(host, first.json()["inbound_id"], "completed")
+            resent = await client.post("/channels/hooks", content=body2, headers=headers2)
+            assert resent.json()["status"] == "accepted"
+        keys = sorted(r.platform_event_key for r in await host.inbox.records())
+        assert keys == ["evt-1", "evt-3"]
+    refused = [r for r in caplog.records if "accepting inbound events failed" in r.getMessage()]
+    assert len(refused) == 1
+    assert "inbox_max_queued" in refused[0].getMessage()
 
 
 async def test_a_reload_of_a_channels_allow_list_and_secret_counts_at_the_next_webhook(

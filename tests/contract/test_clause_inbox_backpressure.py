@@ -1,0 +1,127 @@
+"""ChannelInbox clause: back-pressure. Past its limits the inbox refuses a new inbound.
+
+A flood must wait at its sender instead of filling the disk: ``accept``
+raises ``InboxFull`` (retryable, with ``retry_after``, nothing stored) once the
+queued backlog (ready + claimed) reaches ``InboxLimits.max_queued``, or when
+the SQLite database's disk is down to ``reserve_bytes``. Dedup comes first: a
+duplicate of an inbound already stored is answered as before, whatever the
+limits. Nothing accepted is lost, and room made by the workers is used again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hostkit.errors import InboxFull, InvalidValue, RuntimeFailure
+from hostkit.store import InboxLimits
+from hostkit.types import InboundResult, SourceCheckpoint
+from tests.contract._inbox_adapters import ADAPTERS, envelope, open_inbox
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("adapter", ADAPTERS)]
+
+SOURCE = "imap.support"
+
+
+async def test_backpressure_refuses_a_new_inbound_at_the_backlog_limit(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_inbox(adapter, tmp_path, limits=InboxLimits(3)) as sut:
+        first = [await sut.inbox.accept(envelope(f"k{n}")) for n in range(3)]
+        assert [r.disposition for r in first] == ["accepted"] * 3
+        with pytest.raises(InboxFull) as refused:
+            await sut.inbox.accept(envelope("k3"))
+        assert isinstance(refused.value, RuntimeFailure)
+        assert refused.value.reason == "backlog"
+        assert refused.value.retryable
+        assert refused.value.retry_after > 0
+        assert "inbox_max_queued" in refused.value.message
+        # Nothing of the refused one was stored; everything accepted before it was.
+        records = await sut.inbox.records()
+        assert sorted(r.platform_event_key for r in records) == ["k0", "k1", "k2"]
+        assert {r.inbound_id for r in records} == {r.inbound_id for r in first}
+
+
+async def test_backpressure_still_answers_a_duplicate_at_the_limit(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_inbox(adapter, tmp_path, limits=InboxLimits(2)) as sut:
+        a = await sut.inbox.accept(envelope("a"))
+        await sut.inbox.accept(envelope("b"))
+        again = await sut.inbox.accept(envelope("a"))
+        assert (again.inbound_id, again.disposition) == (a.inbound_id, "duplicate")
+        batch = await sut.inbox.accept_batch(
+            [envelope("b"), envelope("a")], SourceCheckpoint(SOURCE, "2")
+        )
+        assert [r.disposition for r in batch] == ["duplicate", "duplicate"]
+        assert await sut.inbox.checkpoint(SOURCE) == "2"
+
+
+async def test_backpressure_refuses_a_batch_whole_and_keeps_its_checkpoint(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_inbox(adapter, tmp_path, limits=InboxLimits(3)) as sut:
+        await sut.inbox.accept_batch([envelope("a"), envelope("b")], SourceCheckpoint(SOURCE, "2"))
+        with pytest.raises(InboxFull):
+            await sut.inbox.accept_batch(
+                [envelope("b"), envelope("c"), envelope("d")], SourceCheckpoint(SOURCE, "4")
+            )
+        assert await sut.inbox.checkpoint(SOURCE) == "2"
+        assert sorted(r.platform_event_key for r in await sut.inbox.records()) == ["a", "b"]
+        # One new key fits: the duplicate beside it needs no room.
+        receipts = await sut.inbox.accept_batch(
+            [envelope("b"), envelope("c")], SourceCheckpoint(SOURCE, "3")
+        )
+        assert [r.disposition for r in receipts] == ["duplicate", "accepted"]
+        assert await sut.inbox.checkpoint(SOURCE) == "3"
+
+
+async def test_backpressure_counts_claimed_inbounds_until_they_end(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_inbox(adapter, tmp_path, limits=InboxLimits(2)) as sut:
+        await sut.inbox.accept(envelope("a"))
+        await sut.inbox.accept(envelope("b"))
+        claimed = await sut.inbox.claim()
+        assert claimed is not None
+        with pytest.raises(InboxFull):
+            await sut.inbox.accept(envelope("c"))
+        await sut.inbox.complete(claimed, InboundResult("ignored"))
+        accepted = await sut.inbox.accept(envelope("c"))
+        assert accepted.disposition == "accepted"
+        with pytest.raises(InboxFull):
+            await sut.inbox.accept(envelope("d"))
+
+
+async def test_backpressure_keeps_the_disk_reserve_of_a_local_database(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_inbox(adapter, tmp_path) as sut:
+        stored = await sut.inbox.accept(envelope("a"))
+        reserved = sut.another(owner="worker.b", limits=InboxLimits(100, 1 << 40))
+        again = await reserved.accept(envelope("a"))
+        assert (again.inbound_id, again.disposition) == (stored.inbound_id, "duplicate")
+        if adapter != "sqlite":
+            # PostgreSQL's disk is the server's, and the in-memory inbox has none.
+            assert (await reserved.accept(envelope("b"))).disposition == "accepted"
+            return
+        with pytest.raises(InboxFull) as refused:
+            await reserved.accept(envelope("b"))
+        assert refused.value.reason == "disk"
+        assert [r.platform_event_key for r in await sut.inbox.records()] == ["a"]
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        pytest.param(lambda: InboxLimits(0), id="no-room"),
+        pytest.param(lambda: InboxLimits(True), id="bool"),  # type: ignore[arg-type]
+        pytest.param(lambda: InboxLimits(10, -1), id="negative-reserve"),
+    ],
+)
+async def test_backpressure_limits_are_checked_when_made(
+    adapter: str, tmp_path: Path, limits: object
+) -> None:
+    with pytest.raises(InvalidValue):
+        limits()  # type: ignore[operator]
