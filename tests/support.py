@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import tracemalloc
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, closing
 from pathlib import Path
@@ -213,3 +214,49 @@ async def dead_owner(instance: str, how: str = "reused_pid") -> str:
             await process.wait()
         return LeaseOwner(me.host, process.pid, me.started, instance).encode()
     return LeaseOwner(me.host, me.pid, me.started - 100, instance).encode()
+
+
+def page_tree(pages: int) -> bytes:
+    """The body of an object stream as pdfTeX writes one: the offsets, then a catalog, the
+    page tree and ``pages`` page objects (objects 1, 2 and 3 on)."""
+    kids = b" ".join(b"%d 0 R" % (3 + page) for page in range(pages))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % pages,
+        *(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R >>"
+            % (100 + page)
+            for page in range(pages)
+        ),
+    ]
+    offsets, at = [], 0
+    for number, body in enumerate(objects, start=1):
+        offsets.append(b"%d %d" % (number, at))
+        at += len(body) + 1
+    header = b" ".join(offsets) + b"\n"
+    return header + b"\n".join(objects) + b"\n"
+
+
+def object_stream_pdf(
+    body: bytes,
+    *,
+    filters: bytes = b"/FlateDecode",
+    direct_length: bool = True,
+    keep: int | None = None,
+) -> bytes:
+    """A PDF 1.5 whose objects are all in one object stream holding ``body`` compressed
+    (none of them visible in the file): ``filters`` is its /Filter, ``direct_length``
+    False gives its /Length as a reference, ``keep`` keeps only that many of its bytes
+    (a file cut short)."""
+    data = zlib.compress(body)
+    length = b"%d" % len(data) if direct_length else b"99 0 R"
+    stream = data if keep is None else data[:keep]
+    dictionary = b"<<\n/Type /ObjStm\n/Length " + length + b"\n/Filter " + filters + b"\n>>"
+    return b"".join(
+        (
+            b"%PDF-1.5\n%\xd0\xd4\xc5\xd8\n",
+            b"98 0 obj\n" + dictionary + b"\nstream\n" + stream + b"\nendstream\nendobj\n",
+            b"99 0 obj\n%d\nendobj\n" % len(data),
+            b"startxref\n0\n%%EOF\n",
+        )
+    )

@@ -10,13 +10,13 @@ through an ``EstimatorRegistry`` the Host owns; there is no process-wide one.
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from hostkit.context._charclass import class_tokens
+from hostkit.context._pdf import pdf_pages
 from hostkit.errors import ConfigError
 from hostkit.freeze import thaw
 from hostkit.types import (
@@ -57,10 +57,6 @@ DEFAULT_CACHE_CHARS = 4_000_000
 # its text and its picture together at most. Text attachments are counted as text.
 IMAGE_TOKENS = 1_600
 PDF_PAGE_TOKENS = 3_000
-# A page object of a PDF; in compressed object streams none is visible, and then the
-# size decides (a page per 100 kB, the size of a scanned page).
-_PDF_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
-_PDF_BYTES_PER_PAGE = 100_000
 
 
 class Estimator(Protocol):
@@ -108,18 +104,21 @@ class CharEstimator:
     byte beyond the first of a character one more. Where a byte-level BPE
     starts a new piece the class rates price too low (a space before a digit,
     a letter next to a digit or an accented letter, punctuation next to a
-    digit, a letter after punctuation) a fraction of a token more. Scripts and
+    digit, a letter after punctuation, a line break after a space or ending a
+    line of six characters or fewer) a fraction of a token more. Scripts and
     symbols such vocabularies cover thinly cost a token per byte (all but the
     scripts listed in this module); Hebrew and Arabic a quarter more; a
-    combining mark two more. A run of 16 or more identifier characters with
-    letters and digits (base64, hex, keys), of 24 or more letters of ten
+    combining mark two more. A run of 11 or more identifier characters with
+    letters and digits (base64, hex, keys, ids), of 24 or more letters of ten
     different ones and few vowels, or of six or more letters with no vowel,
-    0.45 of a token more per character. English prose stays within about 1.4x
-    of SmolLM2's counts, code and JSON within about 1.6x, while hex dumps,
-    tab-indented code, CSV, IPv6, wrapped base64 and Armenian, CJK or
-    private-use text are at or above them. Crafted text (random punctuation,
-    mixed whitespace) and languages whose words the vocabulary splits finely
-    (Polish) can still be counted low.
+    0.45 of a token more per character; four consonants in a row and a change
+    of case inside capitals ("aBC", "ABc") a token more. English prose stays
+    within about 1.4x of SmolLM2's counts, code and JSON within about 1.6x,
+    while hex dumps, tab-indented code, CSV, IPv6, wrapped base64, ids and
+    Armenian, CJK or private-use text are at or above them. Crafted text
+    (random letters of one case, letters alternating with punctuation) and
+    languages whose words the vocabulary splits finely (Dutch, German, Polish)
+    can still be counted low; docs/context.md lists by how much.
 
     Each message adds ``message_overhead`` framing tokens, and ``request()``
     adds ``request_overhead`` once for what a chat template puts around the
@@ -418,8 +417,7 @@ def _attachment(count: Callable[[str], int], part: AttachmentPart) -> int:
     if attachment.media_type == "text/plain":
         return count(part.data.decode("utf-8", "replace")) + count(attachment.name) + 4
     if attachment.media_type == "application/pdf":
-        pages = len(_PDF_PAGE.findall(part.data)) or -(-len(part.data) // _PDF_BYTES_PER_PAGE)
-        return PDF_PAGE_TOKENS * max(1, pages)
+        return PDF_PAGE_TOKENS * pdf_pages(part.data)
     return IMAGE_TOKENS
 
 

@@ -291,8 +291,10 @@ def test_char_estimator_is_at_or_above_a_real_tokenizer_on_dense_text(
 
 
 def test_a_long_filler_of_one_letter_or_a_long_word_is_not_counted_as_random() -> None:
-    """Test fillers and long words (a German compound, a CamelCase name: vowels enough)
-    keep their prose estimate: no extra cost for what tokenizes like prose."""
+    """Test fillers keep their prose estimate: no extra cost for what tokenizes like
+    prose. Long words (a German compound, a CamelCase name: vowels enough) are not priced
+    as random runs (0.45 a letter more); a cluster of four consonants or more costs them
+    a token (SmolLM2 counts the compound at 17 tokens, the prose rate at 12)."""
     estimator = CharEstimator()
     for filler in ("a" * 400, "z" * 400, "hmmmmmm"):
         assert estimator.text(filler) == math.ceil(len(filler) / 3.5), filler
@@ -301,7 +303,7 @@ def test_a_long_filler_of_one_letter_or_a_long_word_is_not_counted_as_random() -
         "Donaudampfschiffahrtsgesellschaftskapitaen",
         "AbstractSingletonProxyFactoryBean",
     ):
-        assert estimator.text(word) == math.ceil(len(word) / 3.5), word
+        assert estimator.text(word) <= math.ceil(len(word) / 3.5) + len(word) // 10, word
 
 
 @needs_gguf
