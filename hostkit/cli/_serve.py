@@ -21,7 +21,10 @@ cannot be bound is one error line (exit 2), before anything starts. On
 start one line on stdout says where it listens (``hostkit serve: listening
 on http://HOST:PORT``); logs go to stderr: JSON lines with
 ``--log-format json`` or when stderr is not a terminal, else readable lines
-under a live status line.
+under a live status line. At start the soft open-file limit is raised to
+the hard one (one info line): each connection, database file and child
+process holds descriptors. A daemon thread watches the event loop and
+warns when blocking code stalls it (``hostkit.cli._loop_watch``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import contextlib
 import gc
 import logging
 import os
+import resource
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -56,13 +60,14 @@ from hostkit.cli._common import (
     run_command,
 )
 from hostkit.cli._interrupt import SignalStop, command_stop
+from hostkit.cli._loop_watch import watching_the_loop
 from hostkit.cli._serve_logs import LogFormat, serve_logging
 from hostkit.daemon import DaemonExit
 from hostkit.errors import ConfigError, HostkitError
 from hostkit.host import Agent, HostDaemon, ServeStatus
 from hostkit.types import plural
 
-__all__ = ["StatusLine", "serve", "status_text"]
+__all__ = ["StatusLine", "raise_open_file_limit", "serve", "status_text"]
 
 LISTENING = "hostkit serve: listening on {url}"
 _log = logging.getLogger("hostkit.serve")
@@ -136,6 +141,7 @@ def serve(
             raise fail(ConfigError(f"--agent {reference[:200]!r}: name it as module:attribute"))
     agents = tuple(found for reference in agent or () for found in python_agent(reference))
     with serve_logging(chosen, console):
+        raise_open_file_limit()
         run_command(lambda: _serve(config, listen, port, agents, live=live, started_on=started_on))
 
 
@@ -148,7 +154,7 @@ async def _serve(
     live: bool,
     started_on: Terminal,
 ) -> int:
-    with anyio.open_signal_receiver(*_SIGNALS) as signals:
+    with watching_the_loop(), anyio.open_signal_receiver(*_SIGNALS) as signals:
         watch = _SignalWatch(terminal=started_on)
         if started_on.hung_up():
             # It hung up while the command loaded, when SIGHUP was still ignored
@@ -208,6 +214,23 @@ async def _serve_host(
                 watch.before_shutdown = status_line.put_away
                 group.start_soon(status_line.run)
     return ended[0].code if ended else 1
+
+
+def raise_open_file_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit, saying so in one info line.
+
+    A soft limit of 1,024 (or a container's 64) is reached by a few hundred idle
+    connections; past it every accept fails until one closes.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft >= hard:
+        return  # already as high as it goes (an unlimited hard limit is no number to set)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError) as exc:
+        _log.info("open-file limit stays %d: %s", soft, exc)
+        return
+    _log.info("open-file limit raised from %d to %d (the hard limit)", soft, hard)
 
 
 def settle_heap() -> None:

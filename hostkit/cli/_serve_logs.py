@@ -4,7 +4,10 @@ Records are handed to a queue and written to stderr by a listener thread,
 so a slow terminal or pipe never blocks the event loop. The queue is
 bounded (``MAX_QUEUED`` records): when the writer falls that far behind, new
 records are dropped and counted, and the next record that fits is preceded by
-a warning saying how many were lost. JSON lines carry
+a warning saying how many were lost. A record that repeats at every retry
+while a resource is gone (``REPEATING``: psycopg.pool through a PostgreSQL
+outage, asyncio's accept at the file-descriptor limit) is written once per
+``REPEAT_EVERY_S``, saying how often it came meanwhile. JSON lines carry
 ``ts`` (UTC, ISO 8601), ``level``, ``logger``, ``msg`` and ``fields`` (the
 record's extra attributes); messages are redacted and bounded like every
 hostkit error text, and every character that is not printable is written as
@@ -19,6 +22,7 @@ import logging
 import logging.handlers
 import queue
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +32,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.text import Text
 
+from hostkit._streaks import REPEAT_EVERY_S
 from hostkit.cli._clock import utc_stamp
 from hostkit.errors import bounded
 from hostkit.inspect import printable, printable_json
@@ -36,9 +41,11 @@ __all__ = [
     "LOG_TIME_FORMAT",
     "MAX_QUEUED",
     "QUIET_LOGGERS",
+    "REPEATING",
     "DroppingQueueHandler",
     "JsonLines",
     "LogFormat",
+    "RepeatFilter",
     "serve_logging",
 ]
 
@@ -52,6 +59,17 @@ _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color
 # completion of the embedded model, every delivery): while serving they say only
 # warnings, or the requests would bury the Host's own records.
 QUIET_LOGGERS = ("httpx", "httpx2", "httpcore")
+# (logger, how its message begins) of records that come at every retry while a resource
+# is gone: psycopg.pool's "error connecting" and failed reconnections (about one a second
+# through a PostgreSQL outage), and asyncio's failed accept at the file-descriptor limit
+# (one per listen backlog slot, each with its traceback, every second it lasts; each
+# schedules a retry, which fails once more if the listener closed meanwhile).
+REPEATING = (
+    ("psycopg.pool", ""),
+    ("asyncio", "socket.accept() out of system resource"),
+    ("asyncio", "Exception in callback BaseSelectorEventLoop._start_serving("),
+)
+_REPEAT_KEYS = 100
 
 
 class JsonLines(logging.Formatter):
@@ -112,6 +130,41 @@ class DroppingQueueHandler(logging.handlers.QueueHandler):
         except queue.Full:
             self.dropped += 1
             self._unreported += 1
+
+
+class RepeatFilter(logging.Filter):
+    """Passes the first of a ``REPEATING`` warning, then one per ``REPEAT_EVERY_S`` with a count.
+
+    Keyed by logger and kind of message, so each kind of failure is said once
+    whatever its arguments; every other record passes untouched.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()  # loggers call from any thread
+        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        template = str(record.msg)
+        begins = next(
+            (b for name, b in REPEATING if record.name == name and template.startswith(b)), None
+        )
+        if begins is None or record.levelno < logging.WARNING:
+            return True
+        # asyncio's messages are formatted already (a handle's address in each): their
+        # beginning is the kind; psycopg.pool's template is.
+        key, now = (record.name, begins or template), time.monotonic()
+        with self._lock:
+            logged_at, since = self._seen.get(key, (-REPEAT_EVERY_S, 0))
+            if now - logged_at < REPEAT_EVERY_S:
+                self._seen[key] = (logged_at, since + 1)
+                return False
+            if len(self._seen) >= _REPEAT_KEYS:
+                self._seen.clear()
+            self._seen[key] = (now, 0)
+        if since:
+            record.msg, record.args = f"{record.getMessage()} ({since} more times since)", None
+        return True
 
 
 class _Listener(logging.handlers.QueueListener):
@@ -187,6 +240,7 @@ def serve_logging(log_format: LogFormat, console: Console) -> Iterator[None]:
     records: queue.Queue[logging.LogRecord] = queue.Queue(MAX_QUEUED)
     listener = _Listener(records, handler, respect_handler_level=True)
     front = DroppingQueueHandler(records)
+    front.addFilter(RepeatFilter())
     root = logging.getLogger()
     saved = (root.level, list(root.handlers))
     quiet = {name: logging.getLogger(name).level for name in QUIET_LOGGERS}

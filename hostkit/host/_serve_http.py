@@ -54,7 +54,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Any]
 RETRY_AFTER_S = 5
 # How long a connection still open when the server ends gets to finish its response.
 _SHUTDOWN_GRACE_S = 5
-_BACKLOG = 512
+# Connections waiting to be accepted. Also how many accepts asyncio tries per readiness:
+# at the file-descriptor limit it fails (and logs) that many times a second, not 2,048
+# (uvicorn's default, which would replace this socket's backlog at its listen()).
+_BACKLOG = 128
 MAX_CONNECTIONS = 512
 KEEP_ALIVE_S = 5
 HEADER_TIMEOUT_S = 10.0
@@ -267,6 +270,7 @@ class WebhookServer:
             http=_HeadTimeout,
             limit_concurrency=MAX_CONNECTIONS,
             timeout_keep_alive=KEEP_ALIVE_S,
+            backlog=_BACKLOG,
         )
         server = _Server(config, task_status.started)
         try:

@@ -207,6 +207,42 @@ def test_serve_logs_hold_http_clients_to_warnings_and_restore_their_levels() -> 
     assert (httpx_logger.level, httpcore_logger.level) == before
 
 
+def test_serve_logs_say_a_failure_repeating_at_every_retry_once_with_a_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through a PostgreSQL outage psycopg.pool warns at every connection attempt (54 lines a
+    minute); at the file-descriptor limit asyncio logs a failed accept with its traceback per
+    backlog slot (1,100 lines a second). Each is written once per streak window, the next one
+    after the window saying how many came meanwhile; other records pass untouched."""
+    from rich.console import Console
+
+    from hostkit.cli import _serve_logs
+    from hostkit.cli._serve_logs import serve_logging
+
+    clock = [1_000.0]
+    monkeypatch.setattr(_serve_logs.time, "monotonic", lambda: clock[0])
+    pool, loop = logging.getLogger("psycopg.pool"), logging.getLogger("asyncio")
+    out = io.StringIO()
+    with serve_logging("text", Console(file=out, width=400, color_system=None)):
+        for attempt in range(50):
+            pool.warning("error connecting in %r: %s", "pool-1", f"refused ({attempt})")
+            pool.warning("reconnection attempt in pool %r failed after %s sec", "pool-1", 4.0)
+            try:
+                raise OSError(24, "Too many open files")
+            except OSError as exc:
+                loop.error("socket.accept() out of system resource\nsocket: <s>", exc_info=exc)
+            logging.getLogger("hostkit.inbox").warning("inbox claim failed (%d)", attempt)
+        clock[0] += 301
+        pool.warning("error connecting in %r: %s", "pool-1", "refused (later)")
+    text = out.getvalue()
+    assert text.count("error connecting") == 2, text
+    assert "refused (later) (49 more times since)" in text
+    assert text.count("reconnection attempt") == 1
+    assert text.count("socket.accept() out of system resource") == 1
+    assert text.count("[Errno 24]") == 1
+    assert text.count("inbox claim failed") == 50
+
+
 @pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "file"])
 def test_serve_log_lines_carry_a_utc_time_marked_z_not_the_locales(
     terminal: bool, monkeypatch: pytest.MonkeyPatch

@@ -117,6 +117,23 @@ async def test_a_connection_that_never_finishes_its_head_is_closed(
             assert (await client.get("/healthz")).status_code == 200
 
 
+async def test_the_listen_backlog_stays_small(tmp_path: Path) -> None:
+    """asyncio tries that many accepts per readiness, each failing and logged at the
+    descriptor limit: uvicorn's default 2,048 replaced the socket's own at its listen()."""
+    ss = await anyio.run_process(["ss", "-V"], check=False)
+    if ss.returncode != 0:
+        pytest.skip("no ss here to read a listening socket's backlog")
+    async with serving(tmp_path, SlowModel()) as (_, daemon, _receiver):
+        assert daemon.url is not None
+        port = daemon.url.rsplit(":", 1)[1]
+        listed = await anyio.run_process(["ss", "-ltnH", f"sport = :{port}"])
+    rows = [row.split() for row in listed.stdout.decode().splitlines() if row.strip()]
+    # Listening rows: State Recv-Q Send-Q (the backlog) Local Peer.
+    assert rows, listed.stdout
+    assert {row[2] for row in rows} == {str(_serve_http._BACKLOG)}, rows
+    assert _serve_http._BACKLOG <= 128
+
+
 async def _until_closed(stream: anyio.abc.ByteStream) -> None:
     """Read until the server closes the connection (it sends nothing first)."""
     try:
