@@ -17,6 +17,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -51,7 +52,7 @@ async def project(tmp_path: Path, wire: WireServer) -> Path:
 
 
 def pending_rows(database: Path) -> list[tuple[str, str]]:
-    with sqlite3.connect(database) as connection:
+    with closing(sqlite3.connect(database)) as connection, connection:
         return connection.execute("SELECT approval_id, status FROM approvals").fetchall()
 
 
@@ -126,7 +127,7 @@ async def test_ctrl_c_at_the_prompt_leaves_the_approval_pending_and_says_how_to_
     line = interrupted_line(approval_id)
     assert "stays pending" in line
     assert text.count(line) == 1, text  # one unwrapped line, copyable at any width
-    with sqlite3.connect(project / "state" / "hostkit.db") as connection:
+    with closing(sqlite3.connect(project / "state" / "hostkit.db")) as connection, connection:
         turns = connection.execute("SELECT status FROM turns").fetchall()
     assert turns == [("needs_user",)]  # the turn paused on it: nothing was lost or denied
     assert not (project / "workspace" / "out.md").exists()
@@ -257,7 +258,7 @@ async def test_ctrl_c_while_the_model_answers_says_the_turn_stopped_and_where_to
     assert code == 130, text
     line = "interrupted: the turn stopped and was recorded as it ended; `hostkit sessions` shows it"
     assert text.count(line) == 1, text
-    with sqlite3.connect(project / "state" / "hostkit.db") as connection:
+    with closing(sqlite3.connect(project / "state" / "hostkit.db")) as connection, connection:
         turns = connection.execute("SELECT status FROM turns").fetchall()
     assert turns == [("cancelled",)]
 
@@ -291,7 +292,7 @@ async def test_ctrl_c_before_the_turn_started_says_nothing_was_recorded(
     assert code == 130, text
     assert text.count("interrupted before the turn started: nothing was recorded") == 1, text
     assert "hostkit sessions" not in text
-    with sqlite3.connect(project / "state" / "hostkit.db") as connection:
+    with closing(sqlite3.connect(project / "state" / "hostkit.db")) as connection, connection:
         requests = connection.execute("SELECT count(*) FROM turns").fetchone()
     assert requests == (1,)  # the holder's turn only
 

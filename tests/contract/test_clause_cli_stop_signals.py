@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,7 +110,7 @@ def model_answering(wire: WireServer) -> Callable[[], Awaitable[None]]:
 
 
 def turn_states(project: Path) -> list[str]:
-    with sqlite3.connect(project / "state" / "hostkit.db") as connection:
+    with closing(sqlite3.connect(project / "state" / "hostkit.db")) as connection, connection:
         return [row[0] for row in connection.execute("SELECT status FROM turns ORDER BY rowid")]
 
 

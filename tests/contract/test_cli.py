@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -108,7 +109,7 @@ async def test_sessions_records_the_given_reason_or_that_a_local_operator_acted(
     code, out, err = await hostkit("sessions", cwd=tmp_path)
     assert code == 0, err
     assert "ses_" in out
-    with sqlite3.connect(tmp_path / "state" / "hostkit.db") as db:
+    with closing(sqlite3.connect(tmp_path / "state" / "hostkit.db")) as db, db:
         reasons = [
             row[0]
             for row in db.execute(
@@ -384,7 +385,7 @@ async def test_run_dash_reads_the_message_from_stdin(tmp_path: Path) -> None:
     assert code == 0, err
 
     def user_messages() -> list[str]:
-        with sqlite3.connect(tmp_path / "hostkit.db") as db:
+        with closing(sqlite3.connect(tmp_path / "hostkit.db")) as db, db:
             rows = db.execute("SELECT content FROM messages WHERE role = 'user'").fetchall()
         return [json.loads(row[0]).get("text", row[0]) for row in rows]
 

@@ -17,6 +17,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import closing
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -459,7 +460,7 @@ async def test_approvals_list_never_shows_a_secret_named_argument(
 
 def answered_audit(database: Path) -> list[tuple[str, str, str, str]]:
     """The ``approval.answered`` audit rows: (subject, principal, authority, reason)."""
-    with sqlite3.connect(database) as conn:
+    with closing(sqlite3.connect(database)) as conn, conn:
         rows = conn.execute(
             "SELECT subject, principal_id, authority, reason FROM audit "
             "WHERE kind = 'approval.answered' ORDER BY id"

@@ -17,6 +17,7 @@ import dataclasses
 import socket
 import sqlite3
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -42,14 +43,14 @@ FAR = "another-machine.invalid"
 
 def without_lease(db_path: Path, run_id: str) -> None:
     """The row as a database from before run leases holds it."""
-    with sqlite3.connect(db_path) as raw:
+    with closing(sqlite3.connect(db_path)) as raw, raw:
         raw.execute("UPDATE terminal_runs SET lease_expires_at = NULL WHERE run_id = ?", [run_id])
     raw.close()
 
 
 def started_ago(db_path: Path, run_id: str, seconds: float) -> None:
     """The row as a run started ``seconds`` ago left it."""
-    with sqlite3.connect(db_path) as raw:
+    with closing(sqlite3.connect(db_path)) as raw, raw:
         raw.execute(
             "UPDATE terminal_runs SET started_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?) "
             "WHERE run_id = ?",

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
 
@@ -604,7 +604,7 @@ async def test_ctrl_c_under_another_processs_lock_ends_soon_and_says_the_end_was
     )
     assert text.count(line) == 1, text
     assert "recorded as it ended" not in text
-    with sqlite3.connect(database) as connection:
+    with closing(sqlite3.connect(database)) as connection, connection:
         turns = connection.execute("SELECT status FROM turns").fetchall()
     assert turns == [("running",)]
 
@@ -697,7 +697,7 @@ async def test_a_store_opened_under_a_limit_ends_its_migrations_lock_wait_when_i
         limited = time.monotonic()
         limit.limit(0.5)
     assert failed[0] - limited < 5, failed[0] - limited
-    with sqlite3.connect(database) as connection:
+    with closing(sqlite3.connect(database)) as connection, connection:
         assert connection.execute("PRAGMA user_version").fetchone() == (1,)
 
 

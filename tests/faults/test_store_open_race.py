@@ -17,6 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,7 @@ def open_at_once(database: Path) -> list[dict[str, object]]:
 
 
 def version(database: Path) -> int:
-    with sqlite3.connect(database) as conn:
+    with closing(sqlite3.connect(database)) as conn, conn:
         return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -69,7 +70,7 @@ async def workspace(tmp_path: Path) -> Path:
 
 def writes_recorded(database: Path) -> int:
     """How many files.write effects the Host recorded as run (from its own turn events)."""
-    with sqlite3.connect(database) as db:
+    with closing(sqlite3.connect(database)) as db, db:
         rows = db.execute("SELECT detail FROM turn_events WHERE kind = 'effect.completed'")
         details = [json.loads(detail) for (detail,) in rows]
     return sum(
@@ -155,7 +156,7 @@ FINISH_BOTH = "r1 = await view\nr2 = await second\nprint(r1.outcome, r2.outcome,
 
 
 def approvals_recorded(database: Path) -> list[tuple[str, str | None]]:
-    with sqlite3.connect(database) as db:
+    with closing(sqlite3.connect(database)) as db, db:
         return list(db.execute("SELECT status, void_reason FROM approvals"))
 
 

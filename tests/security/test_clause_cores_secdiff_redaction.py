@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,7 @@ async def test_the_diff_the_stored_row_the_patch_and_the_widget_hide_every_shape
     with pytest.raises(PromotionRefused) as refused:
         await registry.promote("notes", actor="ops")
     assert _leaked(str(refused.value)) == []
-    with sqlite3.connect(db_path) as raw:
+    with closing(sqlite3.connect(db_path)) as raw, raw:
         rows = [
             row[0]
             for row in raw.execute(

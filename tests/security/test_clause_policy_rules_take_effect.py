@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -230,7 +231,7 @@ async def test_a_denied_secret_grant_is_never_bound(
 
 
 async def _tool_messages(database: Path) -> list[str]:
-    with sqlite3.connect(database) as db:
+    with closing(sqlite3.connect(database)) as db, db:
         rows = db.execute("select content from messages where role = 'tool'").fetchall()
     return [json.loads(content)["text"] for (content,) in rows]
 
