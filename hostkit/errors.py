@@ -643,7 +643,7 @@ class InboxFull(RuntimeFailure):
         what = (
             "its queued backlog reached the limit ([serve] inbox_max_queued)"
             if reason == "backlog"
-            else "the database's disk is down to the space it keeps (host.artifact_reserve_mb)"
+            else "the database's disk is down to the space it keeps ([serve] inbox_disk_reserve_mb)"
         )
         super().__init__(f"the inbox refused a new inbound: {what}", retryable=True)
 

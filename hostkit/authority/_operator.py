@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from hostkit.errors import InvalidValue, ScopeError
+import logging
+
+from hostkit.errors import InvalidValue, ScopeError, StoreClosed, StoreError
 from hostkit.store import RuntimeStore, ScopeMint, audit_reason
 from hostkit.types import PrincipalScope, is_text, joined_key
 
 __all__ = ["OPERATOR_CHANNEL", "OperatorIssuer"]
 
 OPERATOR_CHANNEL = "operator"
+
+_log = logging.getLogger(__name__)
 
 
 class OperatorIssuer:
@@ -31,7 +35,12 @@ class OperatorIssuer:
         return self._live
 
     async def issue(
-        self, operator_id: str, *, reason: str, conversation_key: str | None = None
+        self,
+        operator_id: str,
+        *,
+        reason: str,
+        conversation_key: str | None = None,
+        audit_best_effort: bool = False,
     ) -> PrincipalScope:
         """An operator scope for ``operator_id``, audited with ``reason``.
 
@@ -41,6 +50,9 @@ class OperatorIssuer:
         ``operator_id/conversation_key``: ``conversation_key`` may not contain
         ``/`` and the two together fit ``MAX_KEY_CHARS`` (``InvalidValue``, before
         anything is written), so two operators' consoles never share a key.
+        ``audit_best_effort`` (an operator's read-only view, without a
+        ``conversation_key``): an audit the store cannot write now is one warning,
+        not a refused scope, so a view works while another process writes.
         """
         if not self._live:
             raise ScopeError("operator issuance was revoked (the Host is closed)")
@@ -80,14 +92,21 @@ class OperatorIssuer:
                 grant_id=self._grant,
             )
         )
-        await self._store.audit(
-            "principal_scope.operator_issued",
-            scope=scope,
-            session_id=session_id,
-            reason=text,
-            # Names the grant, so an operator's later acts can cite this reason.
-            detail={"grant_id": self._grant},
-        )
+        try:
+            await self._store.audit(
+                "principal_scope.operator_issued",
+                scope=scope,
+                session_id=session_id,
+                reason=text,
+                # Names the grant, so an operator's later acts can cite this reason.
+                detail={"grant_id": self._grant},
+            )
+        except StoreClosed:
+            raise
+        except StoreError as exc:
+            if not audit_best_effort or conversation_key is not None:
+                raise
+            _log.warning("this read was not audited: %s", exc)
         return scope
 
     def revoke(self) -> None:

@@ -196,7 +196,8 @@ class _Ingress:
         except InboxFull as exc:
             # Back-pressure, not a store failure: the sender retries once workers made room.
             self.full.failed(exc.message)
-            return _error(503, "the inbox is full; retry later", retry_after=exc.retry_after)
+            text = "the inbox is full" if exc.reason == "backlog" else "the server's disk is full"
+            return _error(503, f"{text}; retry later", retry_after=exc.retry_after)
         except InvalidValue as exc:
             _log.warning("channel %s: the inbox refused an event: %s", channel_id, exc.message)
             return _error(400, "the event is not a valid inbound")

@@ -41,6 +41,7 @@ from hostkit.cli._common import (
 from hostkit.cli._core import core
 from hostkit.cli._delivery import delivery
 from hostkit.cli._demo import check_demo_extras, demo_approver, run_demo
+from hostkit.cli._doctor import doctor
 from hostkit.cli._effects import effects
 from hostkit.cli._extras import VersionOption, extras
 from hostkit.cli._inbox import inbox
@@ -132,6 +133,7 @@ app.add_typer(model, name="model")
 app.command()(init)
 app.command()(serve)
 app.command()(extras)
+app.command()(doctor)
 
 
 @app.callback()
@@ -331,7 +333,7 @@ def sessions(
     """
 
     async def main() -> None:
-        async with operator_host(config, operator, reason) as (host, scope):
+        async with operator_host(config, operator, reason, reads_only=True) as (host, scope):
             rows = await activity_rows(host, scope, limit=limit)
             if json_:
                 print_json(rows)
@@ -369,7 +371,7 @@ def context(
     """
 
     async def main() -> None:
-        async with operator_host(config, operator, reason) as (host, scope):
+        async with operator_host(config, operator, reason, reads_only=True) as (host, scope):
             # A turn names its own session; the latest session is only the default.
             chosen = (
                 session_id if turn is not None else await chosen_session(host, scope, session_id)
@@ -397,7 +399,7 @@ def budget(
     """
 
     async def main() -> None:
-        async with operator_host(config, operator, reason) as (host, scope):
+        async with operator_host(config, operator, reason, reads_only=True) as (host, scope):
             view = await budget_view(host, scope, await chosen_session(host, scope, session_id))
             if json_:
                 print_json(view)

@@ -72,7 +72,7 @@ def list_approvals(
     """List approvals, newest first: pending or answered, not yet run; --all: every status."""
 
     async def main() -> None:
-        async with operator_host(config, operator, reason) as (host, scope):
+        async with operator_host(config, operator, reason, reads_only=True) as (host, scope):
             # Open: pending, or answered and not run yet (its hint says: resume), selected
             # by the store, so no number of closed ones can push an open one off the page.
             rows = await approval_rows(host, scope, status=None if all_ else "open", limit=limit)

@@ -253,6 +253,7 @@ async def open_host(
     print_warnings: bool = True,
     require_channels: bool = False,
     stop: SignalStop | None = None,
+    reads_only: bool = False,
 ) -> AsyncIterator[Host]:
     """``Host.open`` for a command: each start-up warning is one line on stderr first.
 
@@ -276,6 +277,7 @@ async def open_host(
     that stops the opening says so in one line. A command that receives its
     signals itself (``serve``, which drains) passes the ``stop`` it hands a
     first one to while the Host opens: the opening ends the same way.
+    ``reads_only``: ``Host.open``'s, for a command that only reads.
     """
     with signals_stop_the_command(stop) as stop, _held_startup_records() as held:
         async with _opened_unless_stopped(
@@ -285,6 +287,7 @@ async def open_host(
                 agents=agents,
                 check_providers=check_providers,
                 require_channels=require_channels,
+                reads_only=reads_only,
             ),
             stop,
         ) as host:
@@ -504,6 +507,7 @@ async def operator_host(
     approver: ConsoleApprover | None = None,
     agents: Sequence[Agent] = (),
     check_providers: bool = False,
+    reads_only: bool = False,
 ) -> AsyncIterator[tuple[Host, PrincipalScope]]:
     """The Host of ``-c`` and an audited operator scope (every operator command starts so).
 
@@ -512,12 +516,17 @@ async def operator_host(
     commands list or requeue and run no turn: the providers' packages are
     checked only for those that do (``check_providers=True``: an approval's
     continuation). Where there is no project, refused (``project_config``).
+    ``reads_only`` for a view (a listing, a count): it must work while another
+    process holds the write lock or the disk is full, so the Host opens
+    ``reads_only`` and the audit of the scope is written when it can be at once,
+    else one warning line says the read was not audited.
     """
     async with open_host(
         await project_config(config),
         approver=approver,
         agents=agents,
         check_providers=check_providers,
+        reads_only=reads_only,
     ) as host:
         if reason is None:
             if host.config.store.url is not None:
@@ -526,7 +535,7 @@ async def operator_host(
                     "a shared PostgreSQL database no local user owns"
                 )
             reason = await local_reason(host.config.database_path)
-        yield host, await host.operator(operator, reason=reason)
+        yield host, await host.operator(operator, reason=reason, audit_best_effort=reads_only)
 
 
 async def local_reason(database: Path) -> str:

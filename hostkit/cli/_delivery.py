@@ -109,7 +109,7 @@ def list_intents(
     """
 
     async def main() -> None:
-        async with operator_host(config, operator, reason) as (host, _):
+        async with operator_host(config, operator, reason, reads_only=True) as (host, _):
             rows = await delivery_rows(host, status=status, limit=limit)
             if json_:
                 print_json(

@@ -124,7 +124,7 @@ def list_runs(
     """Background terminal runs, newest first, with how each ended."""
 
     async def main() -> None:
-        async with operator_host(config, operator, reason) as (host, scope):
+        async with operator_host(config, operator, reason, reads_only=True) as (host, scope):
             rows = await terminal_run_rows(host, scope, session_id=session, limit=limit)
             if json_:
                 print_json(rows)
@@ -155,7 +155,7 @@ def show_audit(
     """The persisted audit views of a session's newest effect calls, in order."""
 
     async def main() -> None:
-        async with operator_host(config, operator, reason) as (host, scope):
+        async with operator_host(config, operator, reason, reads_only=True) as (host, scope):
             chosen = await chosen_session(host, scope, session_id)
             rows = await effect_audit_rows(host, scope, chosen, turn_id=turn, limit=limit)
             if json_:

@@ -219,7 +219,7 @@ def counts(
     """How many inbounds each channel instance has in each state, and the totals."""
 
     async def main() -> None:
-        async with operator_host(config, operator, reason) as (host, _):
+        async with operator_host(config, operator, reason, reads_only=True) as (host, _):
             found = await inbox_counts(inbox_of(host))
             if json_:
                 print_json({"channels": found.channels, "totals": found.totals})
@@ -251,7 +251,7 @@ def list_inbounds(
     """
 
     async def main() -> None:
-        async with operator_host(config, operator, reason) as (host, _):
+        async with operator_host(config, operator, reason, reads_only=True) as (host, _):
             rows = await inbox_rows(
                 inbox_of(host), state=state, channel_instance_id=channel, limit=limit
             )
@@ -284,7 +284,7 @@ def show(
     _check_id(inbound_id)
 
     async def main() -> None:
-        async with operator_host(config, operator, reason) as (host, _):
+        async with operator_host(config, operator, reason, reads_only=True) as (host, _):
             record = await inbox_of(host).record(inbound_id)
             if record is None:
                 raise NotFoundOrUnauthorized("inbound")
@@ -310,7 +310,7 @@ def dead_letters(
     """The dead letters, newest first: attempts, requeues and the failure that ended them."""
 
     async def main() -> None:
-        async with operator_host(config, operator, reason) as (host, _):
+        async with operator_host(config, operator, reason, reads_only=True) as (host, _):
             rows = await inbox_rows(
                 inbox_of(host), state="dead_lettered", channel_instance_id=channel, limit=limit
             )

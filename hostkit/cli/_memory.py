@@ -98,7 +98,7 @@ def list_items(
     """List a person's memory items, newest first: id, when, session, turn, text."""
 
     async def main() -> None:
-        async with operator_host(config, operator, reason) as (host, scope):
+        async with operator_host(config, operator, reason, reads_only=True) as (host, scope):
             items = await host.memory.list(
                 scope, agent, principal=principal, limit=limit, before=before
             )

@@ -6,7 +6,10 @@ scanned page's 100 kB, a 36-page manual came out at 3 pages. So the object strea
 inflated and searched too. The file is the user's: whatever it holds, the work is
 bounded (a number of streams, bytes read and bytes inflated, no nesting: an object
 stream cannot hold another), and what could not be searched is priced by size at a
-text page's, which counts more pages than such a file has.
+text page's, which counts more pages than such a file has. Its images and embedded
+fonts are left out of that size (their dictionaries are always in sight, encrypted
+file or not: a stream is never inside an object stream): a 3 MB scan is not 2,000
+pages of text.
 """
 
 from __future__ import annotations
@@ -26,6 +29,11 @@ __all__ = [
 ]
 
 _PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
+# What marks the dictionary of a stream that holds no page's text: an image, or an embedded
+# font (FontFile's /Length1-3, FontFile3's subtypes).
+_NOT_TEXT = re.compile(
+    rb"/Subtype\s*/(?:Image|Type1C|CIDFontType0C|OpenType)(?![A-Za-z])|/Length[123](?![\d])"
+)
 _OBJECT_STREAM = re.compile(rb"/Type\s*/ObjStm(?![A-Za-z])")
 # Only a stream inflated by FlateDecode alone is read: another filter, a chain of them or a
 # predictor (DecodeParms) leaves the stream unread, and the file is priced by size.
@@ -86,7 +94,25 @@ def pdf_pages(data: bytes) -> int:
         pages += len(_PAGE.findall(body))
     if pages and whole:
         return pages
-    return max(pages, ceil_div(len(data), TEXT_PAGE_BYTES), 1)
+    return max(pages, ceil_div(len(data) - _image_and_font_bytes(data), TEXT_PAGE_BYTES), 1)
+
+
+def _image_and_font_bytes(data: bytes) -> int:
+    """The bytes of the file's image and embedded-font streams (none of a page's text),
+    from each such dictionary's ``stream`` keyword to its ``endstream``."""
+    total = 0
+    past = 0  # the end of the last stream counted: a dictionary can match twice
+    for found in _NOT_TEXT.finditer(data):
+        if found.start() < past:
+            continue
+        keyword = data.find(b"stream", found.end(), found.end() + _DICTIONARY_SPAN)
+        if keyword < 0:
+            continue
+        start = keyword + len(b"stream")
+        end = data.find(b"endstream", start)
+        past = len(data) if end < 0 else end
+        total += past - start
+    return total
 
 
 def _object_stream(view: memoryview, data: bytes, at: int, work: _Work) -> bytes | None:

@@ -174,6 +174,9 @@ class ServeSection(_Strict):
     # is refused (a webhook answers 503 with Retry-After; a poller keeps its cursor) until
     # the workers catch up, so a flood waits at its sender instead of filling the disk.
     inbox_max_queued: int = Field(default=10_000, ge=1, le=1_000_000)
+    # And free space kept on the SQLite database's disk, so the turn results and delivery
+    # records of what was accepted still fit (0: none kept; PostgreSQL: not read).
+    inbox_disk_reserve_mb: int = Field(default=32, ge=0, le=1_048_576)
     # Delivery: attempts before the dead letter, and the backoff between them.
     delivery_max_attempts: int = Field(default=8, ge=1, le=100)
     delivery_backoff_s: float = Field(default=2.0, gt=0, le=3_600)

@@ -260,7 +260,7 @@ class Host(AsyncResource):
         self.inbox = ChannelInbox.on_store(
             store,
             limits=InboxLimits(
-                config.serve.inbox_max_queued, config.host.artifact_reserve_mb << 20
+                config.serve.inbox_max_queued, config.serve.inbox_disk_reserve_mb << 20
             ),
         )
         self._inbound = InboundTurns(
@@ -331,6 +331,7 @@ class Host(AsyncResource):
         check_providers: bool = True,
         require_channels: bool | None = None,
         observer: Observer | None = None,
+        reads_only: bool = False,
     ) -> Opening[Host]:
         """Open a Host: ``async with Host.open(...) as host`` or ``host = await Host.open(...)``.
 
@@ -366,6 +367,11 @@ class Host(AsyncResource):
         the turn (beside ``[host.telemetry]``'s tracing and ``host.events``): an
         application's own ``TracingObserver(tracer_provider)``, with the sources
         the configuration implies.
+
+        ``reads_only`` opens for an operator's view, which must work while another
+        process holds the write lock or the disk is full: the opening ends no dead
+        Host's turns or runs (the next Host that writes does), and no write of this
+        Host waits for another process's lock (it fails at once instead).
         """
         _check_open(capabilities, approver, agents, observer)
         return Opening(
@@ -377,6 +383,7 @@ class Host(AsyncResource):
                 check_providers=check_providers,
                 require_channels=check_providers if require_channels is None else require_channels,
                 observer=observer,
+                reads_only=reads_only,
             )
         )
 
@@ -391,6 +398,7 @@ class Host(AsyncResource):
         check_providers: bool = True,
         require_channels: bool = True,
         observer: Observer | None = None,
+        reads_only: bool = False,
     ) -> Host:
         check_agents(agents)  # a wrong value leaves no database behind
         declared = await resolve_config(config, assistant=not agents)
@@ -480,9 +488,12 @@ class Host(AsyncResource):
                 check_providers=check_providers,
                 require_channels=require_channels,
             )
-            await host.turns.recover()
-            # Background terminal runs a dead Host left "running" become "orphaned".
-            await host.processes.recover()
+            if reads_only:
+                store.limit_waits(0)
+            else:
+                await host.turns.recover()
+                # Background terminal runs a dead Host left "running" become "orphaned".
+                await host.processes.recover()
         except BaseException:
             with anyio.CancelScope(shield=True):
                 try:
@@ -1082,14 +1093,21 @@ class Host(AsyncResource):
         """The generation numbered ``number``, current or retired but still in use."""
         return next((g for g in (self._generation, *self._retired) if g.number == number), None)
 
-    async def operator(self, operator_id: str, *, reason: str) -> PrincipalScope:
-        """An audited operator scope, valid until this Host closes."""
+    async def operator(
+        self, operator_id: str, *, reason: str, audit_best_effort: bool = False
+    ) -> PrincipalScope:
+        """An audited operator scope, valid until this Host closes.
+
+        ``audit_best_effort`` (an operator's view on a Host opened ``reads_only``):
+        an audit record the store cannot write now (its write lock held, the disk
+        full) is logged as a warning instead of refusing the scope.
+        """
         if self._closed:
             raise StoreClosed()
         # Plain copies (the issuer checks their length and text): a subclass's own methods
         # never run there.
         name, why = (_name(value) or value for value in (operator_id, reason))
-        return await self._issuer.issue(name, reason=why)
+        return await self._issuer.issue(name, reason=why, audit_best_effort=audit_best_effort)
 
     async def aclose(self) -> None:
         """Stop: cancel running turns, revoke operator authority, close generations and store.

@@ -23,6 +23,7 @@ from hostkit.freeze import FrozenMap
 from hostkit.inbox._memory_index import ConversationIndex, DueEntry, DueIndex, OwnerIndex
 from hostkit.store import (
     ATTEMPTS_EXHAUSTED,
+    COMMAND_ALLOWANCE,
     INBOX_FULL_RETRY_AFTER_S,
     MAX_CLAIM_OWNERS,
     InboxLimits,
@@ -129,6 +130,7 @@ class MemoryInboxStore(InboxStore):
         limits = inbox_checks.check_limits(limits)
         # Plan first (nothing can fail after this), then apply: all or nothing.
         fresh: dict[tuple[str, str], str] = {}
+        by_id = {envelope.dedup_key: envelope for envelope in reversed(batch)}
         receipts: list[InboxReceipt] = []
         for envelope in batch:
             known = self._keys.get(envelope.dedup_key) or fresh.get(envelope.dedup_key)
@@ -138,9 +140,13 @@ class MemoryInboxStore(InboxStore):
             inbound_id = new_id("inb")
             fresh[envelope.dedup_key] = inbound_id
             receipts.append(InboxReceipt(inbound_id, "accepted"))
-        if limits is not None and fresh and self._queued() + len(fresh) > limits.max_queued:
-            raise InboxFull("backlog", retry_after=INBOX_FULL_RETRY_AFTER_S)
-        by_id = {envelope.dedup_key: envelope for envelope in reversed(batch)}
+        if limits is not None and fresh:
+            queued = self._queued()
+            others = sum(by_id[key].kind != "command" for key in fresh)
+            if (others and queued + others > limits.max_queued) or queued + len(
+                fresh
+            ) > limits.max_queued + COMMAND_ALLOWANCE:
+                raise InboxFull("backlog", retry_after=INBOX_FULL_RETRY_AFTER_S)
         for key, inbound_id in fresh.items():
             self._seq += 1
             row = _Row(

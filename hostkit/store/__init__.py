@@ -57,6 +57,7 @@ from hostkit.store._delivery import (
 from hostkit.store._delivery_sql import SqlDeliveryStore
 from hostkit.store._inbox import (
     ATTEMPTS_EXHAUSTED,
+    COMMAND_ALLOWANCE,
     INBOX_FULL_RETRY_AFTER_S,
     MAX_CLAIM_BATCH,
     MAX_INBOX_LIST,
@@ -94,7 +95,7 @@ from hostkit.store._memory import (
     MemoryItem,
     MemoryStore,
 )
-from hostkit.store._migrate import MigrationReport, logical_fingerprint
+from hostkit.store._migrate import MigrationReport, file_schema_version, logical_fingerprint
 from hostkit.store._owned import OwnedKind, now, owner_predicate
 from hostkit.store._pg_url import carries_password, redact_url
 from hostkit.store._row_store import MAX_REASON, RowStore, audit_reason
@@ -144,6 +145,7 @@ __all__ = [
     "APPLICATION_ID",
     "ATTACHMENT_GRACE_S",
     "ATTEMPTS_EXHAUSTED",
+    "COMMAND_ALLOWANCE",
     "DELIVERY_ATTEMPTS_EXHAUSTED",
     "EMPTY_NOTICE",
     "FAILED_ACTED_NOTICE",
@@ -259,6 +261,7 @@ __all__ = [
     "audit_reason",
     "carries_password",
     "epoch_of",
+    "file_schema_version",
     "inbox_checks",
     "insert_audit",
     "logical_fingerprint",

@@ -55,6 +55,7 @@ from hostkit.types import (
 
 __all__ = [
     "ATTEMPTS_EXHAUSTED",
+    "COMMAND_ALLOWANCE",
     "INBOX_FULL_RETRY_AFTER_S",
     "MAX_CLAIM_BATCH",
     "MAX_INBOX_LIST",
@@ -70,6 +71,10 @@ MAX_INBOX_LIST = 500
 ATTEMPTS_EXHAUSTED = "attempts_exhausted"
 # What a full inbox asks the sender to wait before it sends again (``InboxFull``).
 INBOX_FULL_RETRY_AFTER_S = 5.0
+# Commands (``approve K7Q2``, ``stop``) past the backlog limit or the disk reserve: each
+# ends work rather than adding it (an answer to a turn waiting in that backlog), and is a
+# few hundred bytes; this many beyond ``max_queued`` are still taken.
+COMMAND_ALLOWANCE = 1_000
 # The largest backlog limit and disk reserve an ``InboxLimits`` takes.
 MAX_QUEUED_LIMIT = 100_000_000
 MAX_RESERVE_BYTES = 1 << 40

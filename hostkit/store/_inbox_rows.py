@@ -22,7 +22,7 @@ from typing import Any, Literal
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.freeze import FrozenMap, freeze, thaw
 from hostkit.store._dialect import claim_isolation, is_postgres
-from hostkit.store._inbox import ATTEMPTS_EXHAUSTED
+from hostkit.store._inbox import ATTEMPTS_EXHAUSTED, COMMAND_ALLOWANCE
 from hostkit.store._inbox_checks import reconcile_limit
 from hostkit.store._sessions import insert_audit
 from hostkit.types import (
@@ -326,15 +326,24 @@ def _refusal(
     conn: sqlite3.Connection, batch: Sequence[tuple[tuple[str, str], list[Any]]], room: Room
 ) -> Refusal | None:
     """Why the batch's new keys do not fit, or None. Duplicates need no room, so keys
-    are looked up only when the backlog or the disk is short."""
+    are looked up only when the backlog or the disk is short. Commands pass both limits
+    within ``COMMAND_ALLOWANCE`` more (an approval's answer must reach a full inbox)."""
     short_disk = room.directory is not None and _free_bytes(room.directory) < room.reserve_bytes
-    free = room.max_queued - int(conn.execute(_QUEUED, [room.max_queued]).fetchone()[0])
-    if not short_disk and free >= len(batch):
+    ceiling = room.max_queued + COMMAND_ALLOWANCE
+    queued = int(conn.execute(_QUEUED, [ceiling]).fetchone()[0])
+    if not short_disk and room.max_queued - queued >= len(batch):
         return None
-    fresh = {key for key, _ in batch if conn.execute(_EXISTING, key).fetchone() is None}
-    if fresh and short_disk:
+    fresh = {
+        key: params[3] == "command"
+        for key, params in batch
+        if conn.execute(_EXISTING, key).fetchone() is None
+    }
+    others = sum(not command for command in fresh.values())
+    if others and short_disk:
         return "disk"
-    return "backlog" if len(fresh) > free else None
+    if (others and others > room.max_queued - queued) or len(fresh) > ceiling - queued:
+        return "backlog"
+    return None
 
 
 def _free_bytes(directory: Path) -> int:

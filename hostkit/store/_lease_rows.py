@@ -490,12 +490,23 @@ def recover(
     """
     if instance is None:
         return _end_gone(conn, now_epoch)
-    recovered: list[RecoveredTurn] = []
-    for row in all_rows(conn, _RUNNING_HOLDERS.format(turn=""), []):
-        holder = LeaseOwner.decode(row["owner"] or "")
-        if holder is not None and holder.instance == instance:
-            recovered.append(end_orphan(conn, row, "shutdown"))
-    return tuple(recovered)
+    return tuple(end_orphan(conn, row, "shutdown") for row in _held_by(conn, instance))
+
+
+def holds_running(conn: sqlite3.Connection, instance: str) -> bool:
+    """Whether ``instance`` holds a running turn (a read: a Host that ran none closes
+    without the write lock, so a read-only view ends while another process writes)."""
+    return bool(_held_by(conn, instance))
+
+
+def _held_by(conn: sqlite3.Connection, instance: str) -> list[sqlite3.Row]:
+    """The running turns ``instance`` holds, with their holder."""
+    return [
+        row
+        for row in all_rows(conn, _RUNNING_HOLDERS.format(turn=""), [])
+        if (holder := LeaseOwner.decode(row["owner"] or "")) is not None
+        and holder.instance == instance
+    ]
 
 
 # Running turns with their holder: the session lease when it names the turn, else the

@@ -27,7 +27,13 @@ from hostkit.store._connection import create_private
 from hostkit.store._schema import APPLICATION_ID, Migration
 from hostkit.store._writer import LockWait, begin_immediate
 
-__all__ = ["MigrationReport", "admit_hostkit_file", "logical_fingerprint", "upgrade"]
+__all__ = [
+    "MigrationReport",
+    "admit_hostkit_file",
+    "file_schema_version",
+    "logical_fingerprint",
+    "upgrade",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +68,32 @@ def _header(conn: sqlite3.Connection) -> tuple[int, int]:
         "pragma_user_version AS v"
     ).fetchone()
     return int(row[0]), int(row[1])
+
+
+def file_schema_version(database: Path) -> int | None:
+    """Blocking: the schema version of the hostkit database file ``database``; None when
+    the file holds nothing yet (``hostkit doctor``).
+
+    Opened read-only and never migrated: it answers while another process holds the
+    write lock or the disk is full. ``MigrationError`` for a file that is not
+    hostkit's, or one SQLite cannot read.
+    """
+    try:
+        conn = sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True, timeout=5.0)
+        try:
+            app_id, version = _header(conn)
+            fresh = _is_new(conn, app_id, version)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise MigrationError(
+            f"reading its schema version failed: {exc}", database=str(database)
+        ) from None
+    if fresh:
+        return None
+    if app_id != APPLICATION_ID:
+        raise MigrationError("the file is not a hostkit database", database=str(database))
+    return version
 
 
 def _is_new(conn: sqlite3.Connection, app_id: int, version: int) -> bool:

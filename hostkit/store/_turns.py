@@ -476,7 +476,11 @@ class SqlTurnStore(TurnStore):
 
     async def recover(self, *, instance: str | None = None) -> tuple[RecoveredTurn, ...]:
         if instance is not None:
-            instance = check_id("instance", instance)
+            held = instance = check_id("instance", instance)
+            # A read first: a Host that holds no turn (an operator's view) closes without
+            # the write lock, which another process may hold.
+            if not await self._db.read(lambda conn: leases.holds_running(conn, held)):
+                return ()
         clock = self._clock
         return await self._db.write(
             lambda conn: leases.recover(conn, now_epoch=clock(), instance=instance)

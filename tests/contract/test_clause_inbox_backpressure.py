@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from hostkit.errors import InboxFull, InvalidValue, RuntimeFailure
-from hostkit.store import InboxLimits
+from hostkit.host import parse_config
+from hostkit.store import COMMAND_ALLOWANCE, InboxLimits
 from hostkit.types import InboundResult, SourceCheckpoint
 from tests.contract._inbox_adapters import ADAPTERS, envelope, open_inbox
 
@@ -110,6 +111,51 @@ async def test_backpressure_keeps_the_disk_reserve_of_a_local_database(
             await reserved.accept(envelope("b"))
         assert refused.value.reason == "disk"
         assert [r.platform_event_key for r in await sut.inbox.records()] == ["a"]
+
+
+async def test_backpressure_lets_a_command_through_within_its_allowance(
+    adapter: str, tmp_path: Path
+) -> None:
+    # An approval's answer must reach a full inbox: it ends work (often a turn waiting in
+    # that backlog) instead of adding it. Commands pass within COMMAND_ALLOWANCE more.
+    async with open_inbox(adapter, tmp_path, limits=InboxLimits(2)) as sut:
+        for key in ("a", "b"):
+            await sut.inbox.accept(envelope(key))
+        with pytest.raises(InboxFull):
+            await sut.inbox.accept(envelope("c"))
+        answer = await sut.inbox.accept(envelope("cmd", kind="command", payload="approve K7Q2"))
+        assert answer.disposition == "accepted"
+        # A batch with one ordinary inbound is still refused whole.
+        with pytest.raises(InboxFull):
+            await sut.inbox.accept_batch(
+                [envelope("cmd2", kind="command", payload="stop"), envelope("d")],
+                SourceCheckpoint(SOURCE, "9"),
+            )
+        keys = sorted(r.platform_event_key for r in await sut.inbox.records())
+        assert keys == ["a", "b", "cmd"]
+        if adapter == "sqlite":  # the only adapter that keeps a disk reserve
+            reserved = sut.another(owner="worker.b", limits=InboxLimits(100, 1 << 40))
+            with pytest.raises(InboxFull):
+                await reserved.accept(envelope("e"))
+            stop = await reserved.accept(envelope("cmd3", kind="command", payload="stop"))
+            assert stop.disposition == "accepted"
+    (tmp_path / "allowance").mkdir()
+    async with open_inbox(adapter, tmp_path / "allowance", limits=InboxLimits(1)) as sut:
+        await sut.inbox.accept(envelope("a"))
+        for n in range(COMMAND_ALLOWANCE):
+            await sut.inbox.accept(envelope(f"c{n}", kind="command", payload="stop"))
+        with pytest.raises(InboxFull):
+            await sut.inbox.accept(envelope("one-more", kind="command", payload="stop"))
+
+
+async def test_a_host_keeps_32_mib_free_on_the_database_disk_unless_told_otherwise(
+    adapter: str, tmp_path: Path
+) -> None:
+    # Not [host] artifact_reserve_mb (256 MiB, sized for terminal output): a database on a
+    # small volume must still take messages.
+    assert parse_config({}, base_dir=tmp_path).serve.inbox_disk_reserve_mb == 32
+    told = parse_config({"serve": {"inbox_disk_reserve_mb": 0}}, base_dir=tmp_path)
+    assert told.serve.inbox_disk_reserve_mb == 0
 
 
 @pytest.mark.parametrize(

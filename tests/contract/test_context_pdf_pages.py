@@ -12,6 +12,7 @@ call when the pages do not fit.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,27 @@ def test_a_pdf_whose_pages_cannot_all_be_counted_is_priced_by_size_at_a_text_pag
     """Not by the one page found beside the stream that could not be read, and not at a
     scanned page's 100 kB: a file of text pages has fewer pages than that counts."""
     assert pdf_pages(data) == ceil_div(len(data), TEXT_PAGE_BYTES) > 1
+
+
+def test_images_and_embedded_fonts_are_not_priced_as_text_pages() -> None:
+    """A protected 3 MB scan (its object stream unreadable, as an encrypted one is) is not
+    2,000 pages of text: its image and font streams are left out of the size."""
+    unreadable = object_stream_pdf(page_tree(3), filters=b"/ASCIIHexDecode")
+    image = os.urandom(3_000_000)
+    font = os.urandom(60_000)
+    streams = b"".join(
+        (
+            b"7 0 obj\n<< /Type /XObject /Subtype /Image /Width 2480 /Height 3508 /Length 8 0 R"
+            b" /Filter /DCTDecode >>\nstream\n" + image + b"\nendstream\nendobj\n",
+            b"9 0 obj\n<< /Length1 60000 /Length 60000 >>\nstream\n"
+            + font
+            + b"\nendstream\nendobj\n",
+        )
+    )
+    data = unreadable.replace(b"startxref", streams + b"startxref")
+    text_bytes = len(data) - len(image) - len(font)
+    assert pdf_pages(data) <= ceil_div(text_bytes, TEXT_PAGE_BYTES) + 1
+    assert pdf_pages(data) < 10
 
 
 @pytest.mark.anyio
