@@ -69,13 +69,68 @@ _METADATA = frozenset(
 )
 # Only global unicast IPv6 is public; NAT64, IPv4-compatible and the rest fail closed.
 _GLOBAL_UNICAST_V6 = ipaddress.IPv6Network("2000::/3")
-# Not globally reachable (IANA special-purpose registries), though Python before 3.11.10
-# calls them global: IETF protocol assignments (but the two anycast services IANA marks
-# global), the 6to4 relay anycast, and IPv6 documentation space.
-_NON_GLOBAL = tuple(
-    ipaddress.ip_network(net) for net in ("192.0.0.0/24", "192.88.99.0/24", "3fff::/20")
+# The IANA IPv4 and IPv6 Special-Purpose Address Registries (as of 2026), as this policy
+# reads them: each range with the reason it is refused, or None where IANA marks it
+# globally reachable. Ours rather than ipaddress's is_private/is_global, whose tables
+# changed in 3.11.10, 3.12.4 and 3.13 (gh-113171): a verdict must not depend on the
+# interpreter. The longest matching prefix decides. 6to4 and Teredo are judged by the
+# IPv4 addresses they embed (``_embedded``), not by their prefix; NAT64, IPv4-compatible
+# and SRv6 space fall outside 2000::/3 and stay "reserved".
+_SPECIAL_PURPOSE = tuple(
+    sorted(
+        (
+            (ipaddress.ip_network(net), category)
+            for net, category in (
+                ("0.0.0.0/8", "private"),  # "this network"
+                ("0.0.0.0/32", "unspecified"),
+                ("10.0.0.0/8", "private"),
+                ("100.64.0.0/10", "non-global"),  # shared address space (carrier-grade NAT)
+                ("127.0.0.0/8", "loopback"),
+                ("169.254.0.0/16", "link-local"),
+                ("172.16.0.0/12", "private"),
+                ("192.0.0.0/24", "non-global"),  # IETF protocol assignments
+                ("192.0.0.0/29", "private"),  # IPv4 service continuity prefix
+                ("192.0.0.9/32", None),  # port control protocol anycast
+                ("192.0.0.10/32", None),  # traversal using relays around NAT anycast
+                ("192.0.0.170/31", "private"),  # NAT64/DNS64 discovery
+                ("192.0.2.0/24", "private"),  # documentation (TEST-NET-1)
+                ("192.31.196.0/24", None),  # AS112-v4
+                ("192.52.193.0/24", None),  # automatic multicast tunneling
+                ("192.88.99.0/24", "non-global"),  # deprecated 6to4 relay anycast
+                ("192.168.0.0/16", "private"),
+                ("192.175.48.0/24", None),  # direct delegation AS112 service
+                ("198.18.0.0/15", "private"),  # benchmarking
+                ("198.51.100.0/24", "private"),  # documentation (TEST-NET-2)
+                ("203.0.113.0/24", "private"),  # documentation (TEST-NET-3)
+                ("224.0.0.0/4", "multicast"),
+                ("240.0.0.0/4", "private"),  # reserved for future use
+                ("255.255.255.255/32", "private"),  # limited broadcast
+                ("::/128", "unspecified"),
+                ("::1/128", "loopback"),
+                ("100::/64", "private"),  # discard-only
+                ("2001::/23", "private"),  # IETF protocol assignments
+                ("2001::/32", None),  # Teredo
+                ("2001:1::1/128", None),  # port control protocol anycast
+                ("2001:1::2/128", None),  # traversal using relays around NAT anycast
+                ("2001:1::3/128", None),  # DNS-SD service registration protocol anycast
+                ("2001:2::/48", "private"),  # benchmarking
+                ("2001:3::/32", None),  # automatic multicast tunneling
+                ("2001:4:112::/48", None),  # AS112-v6
+                ("2001:10::/28", "private"),  # deprecated ORCHID
+                ("2001:20::/28", None),  # ORCHIDv2
+                ("2001:30::/28", None),  # drone remote ID protocol entity tags
+                ("2001:db8::/32", "private"),  # documentation
+                ("2002::/16", None),  # 6to4
+                ("2620:4f:8000::/48", None),  # direct delegation AS112 service
+                ("3fff::/20", "non-global"),  # documentation
+                ("fc00::/7", "private"),  # unique local
+                ("fe80::/10", "link-local"),
+                ("ff00::/8", "multicast"),
+            )
+        ),
+        key=lambda entry: -entry[0].prefixlen,
+    )
 )
-_GLOBAL_EXCEPTIONS = frozenset(ipaddress.ip_address(a) for a in ("192.0.0.9", "192.0.0.10"))
 _ISATAP_MARKERS = (b"\x00\x00\x5e\xfe", b"\x02\x00\x5e\xfe")
 _NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
 _NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
@@ -484,10 +539,6 @@ def _unmapped(address: IPAddress) -> IPAddress:
     return address
 
 
-def _special_purpose(address: IPAddress) -> bool:
-    return address not in _GLOBAL_EXCEPTIONS and any(address in net for net in _NON_GLOBAL)
-
-
 def _embedded(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     """The IPv4 addresses an IPv6 address reaches through a translator or tunnel: 6to4,
     ISATAP, Teredo (server and client), NAT64 (RFC 6052, every prefix length the
@@ -533,18 +584,10 @@ def _categories(address: IPAddress) -> list[tuple[str, IPAddress]]:
 
 
 def _category(address: IPAddress) -> str | None:
-    """The first category that makes ``address`` itself not public, or None."""
-    flags = (
-        ("unspecified", address.is_unspecified),
-        ("loopback", address.is_loopback),
-        ("link-local", address.is_link_local),
-        ("multicast", address.is_multicast),
-        ("private", address.is_private),
-        ("reserved", address.is_reserved),
-        ("non-global", not address.is_global or _special_purpose(address)),
-    )
-    for category, flagged in flags:
-        if flagged:
+    """The category that makes ``address`` itself not public, or None: its longest match
+    in ``_SPECIAL_PURPOSE``; IPv6 outside global unicast that no entry names is reserved."""
+    for network, category in _SPECIAL_PURPOSE:
+        if address.version == network.version and address in network:
             return category
     if isinstance(address, ipaddress.IPv6Address) and address not in _GLOBAL_UNICAST_V6:
         return "reserved"
