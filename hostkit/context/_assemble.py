@@ -16,7 +16,8 @@ from hostkit.context._estimate import Estimator
 from hostkit.types import LayerSummary, ModelMessage, ToolDefinition
 
 __all__ = [
-    "CUT_MIN_CHARS",
+    "CUT_MIN_TOKENS",
+    "CUT_STUB",
     "UNANSWERED",
     "CalibratedEstimator",
     "Fit",
@@ -28,6 +29,7 @@ __all__ = [
     "at_floor",
     "cut_current",
     "fit_groups",
+    "floor_tokens",
     "group_history",
     "leading_results",
     "prune_results",
@@ -37,9 +39,16 @@ __all__ = [
 UNANSWERED = "[no result: the turn ended before this call completed]"
 # Tool results at most this long are kept even when old: a stub would save nothing.
 PRUNE_MIN_CHARS = 240
-# A result of the current step is never cut shorter than this, and the cutting tries
-# this many shares before it gives up (each round re-estimates the cut messages).
-CUT_MIN_CHARS = 400
+# A result or assistant text of the current turn is never cut below what this many tokens
+# of text hold, its note included, as the estimator in use counts them, calibrated (by
+# CharEstimator about 110 characters of English, 10 of Chinese). A floor in tokens, not
+# characters, is what lets a step's calls be checked before they run (``kept_calls``),
+# whatever their results hold; a small one, what lets a small window answer many calls.
+CUT_MIN_TOKENS = 64
+# A text not even a character of which fits that floor: the same for every text.
+CUT_STUB = "[cut to fit the model's context window: not even its beginning fits]"
+# The cutting tries this many shares before it settles on the floors (each round
+# re-estimates the cut messages).
 _CUT_ROUNDS = 6
 
 
@@ -505,7 +514,7 @@ def cut_current(
     messages: Sequence[ModelMessage], estimate: Estimator, room: int
 ) -> tuple[tuple[ModelMessage, ...], int] | None:
     """The current turn's messages cut to fit ``room`` tokens, and their tokens; None when
-    they cannot fit even cut to ``CUT_MIN_CHARS`` each.
+    they cannot fit even cut to their floor (``at_floor``).
 
     The step's own results cannot be pruned to stubs like history's: the model
     asked for them now. Each keeps its beginning, every result cut by the same
@@ -514,57 +523,124 @@ def cut_current(
     effects ran. Only when the results at their floor still do not fit is the
     turn's assistant text cut too, the same way: the model wrote it, so its
     beginning recalls the rest, while a result is what the model asked to
-    read. The calls and the user's input are never cut.
+    read. The calls and the user's input are never cut. Whenever the floors
+    fit, the messages fit: what ``kept_calls`` counts on before the calls run.
     """
-    results = _cuttable(messages, "tool")
+    results = _floors(messages, "tool", estimate)
     if results:
         fitted = _cut_by_share(messages, results, estimate, room)
         if fitted is not None:
             return fitted
-    texts = _cuttable(messages, "assistant")
+    texts = _floors(messages, "assistant", estimate)
     if not texts:
         return None
-    floored = tuple(at_floor(m) if m.role == "tool" else m for m in messages)
+    floored = tuple(results[i][0] if i in results else m for i, m in enumerate(messages))
     return _cut_by_share(floored, texts, estimate, room)
 
 
-def _cuttable(messages: Sequence[ModelMessage], role: str) -> list[int]:
-    """Positions of ``role``'s messages whose text is longer than its floor."""
-    return [i for i, m in enumerate(messages) if m.role == role and len(m.content) > CUT_MIN_CHARS]
+def _floors(
+    messages: Sequence[ModelMessage], role: str, estimate: Estimator
+) -> dict[int, tuple[ModelMessage, int]]:
+    """``role``'s messages over their floor, by position: each at its floor and the
+    characters it keeps there."""
+    found: dict[int, tuple[ModelMessage, int]] = {}
+    for index, message in enumerate(messages):
+        if message.role == role:
+            floor = _floor(message, estimate)
+            if floor is not None:
+                found[index] = floor
+    return found
 
 
 def _cut_by_share(
-    messages: Sequence[ModelMessage], cuttable: Sequence[int], estimate: Estimator, room: int
+    messages: Sequence[ModelMessage],
+    floors: dict[int, tuple[ModelMessage, int]],
+    estimate: Estimator,
+    room: int,
 ) -> tuple[tuple[ModelMessage, ...], int] | None:
-    """``messages`` with the texts at ``cuttable`` cut by one share to fit ``room``; None
-    when even their floor does not fit (or the rounds run out)."""
+    """``messages`` with the texts at ``floors``' positions cut by one share to fit
+    ``room``; None when even their floors do not fit."""
+    floored = tuple(floors[i][0] if i in floors else m for i, m in enumerate(messages))
+    least = sum(estimate.message(m) for m in floored)
+    if least > room:
+        return None  # cutting every text to its floor would not make room
     # What cutting a message's text cannot take away: its framing and its calls.
-    kept = {i: estimate.message(replace(messages[i], content="")) for i in cuttable}
+    kept = {i: estimate.message(replace(messages[i], content="")) for i in floors}
     share = 1.0
     for _ in range(_CUT_ROUNDS):
         out = list(messages)
-        for i in cuttable:
+        for i, (floor, chars) in floors.items():
             content = messages[i].content
-            keep = max(CUT_MIN_CHARS, int(len(content) * share))
-            if keep < len(content):
+            keep = int(len(content) * share)
+            if keep <= chars:
+                out[i] = floor
+            elif keep < len(content):
                 out[i] = replace(messages[i], content=_cut_text(content, keep))
         tokens = sum(estimate.message(m) for m in out)
         if tokens <= room:
             return tuple(out), tokens
-        texts = sum(estimate.message(out[i]) - kept[i] for i in cuttable)
+        texts = sum(estimate.message(out[i]) - kept[i] for i in floors)
         over = tokens - room
-        if texts <= over or all(len(out[i].content) <= CUT_MIN_CHARS + 200 for i in cuttable):
-            return None  # cutting every text to its floor would not make room
-        share *= max(0.05, (texts - over) / texts * 0.9)
-    return None
+        share *= max(0.05, (texts - over) / max(1, texts) * 0.9)
+    # Shares the estimate does not follow closely (dense text amid plain): the floors fit.
+    return floored, least
 
 
-def at_floor(message: ModelMessage) -> ModelMessage:
+def floor_tokens(estimate: Estimator) -> int:
+    """The most tokens ``estimate`` counts for a text at its floor: ``CUT_MIN_TOKENS``, or
+    ``CUT_STUB``'s count when an estimator counts that higher."""
+    return max(CUT_MIN_TOKENS, estimate.text(CUT_STUB))
+
+
+def at_floor(message: ModelMessage, estimate: Estimator) -> ModelMessage:
     """``message`` as small as ``cut_current`` could make it: a tool result's or an
-    assistant message's text cut to ``CUT_MIN_CHARS``; any other message as it is."""
-    if message.role not in ("tool", "assistant") or len(message.content) <= CUT_MIN_CHARS:
-        return message
-    return replace(message, content=_cut_text(message.content, CUT_MIN_CHARS))
+    assistant message's text cut to the beginning that, with its note, ``estimate``
+    counts at most ``floor_tokens`` (else ``CUT_STUB``); any other message as it is.
+
+    So a message at its floor takes at most ``floor_tokens`` beyond what an empty
+    text would, whatever it holds (Chinese, emoji, symbols)."""
+    floor = _floor(message, estimate)
+    return message if floor is None else floor[0]
+
+
+def _floor(message: ModelMessage, estimate: Estimator) -> tuple[ModelMessage, int] | None:
+    """``message`` at its floor and the characters it keeps (0: the stub); None when it
+    is at its floor as it is."""
+    if message.role not in ("tool", "assistant"):
+        return None
+    limit = floor_tokens(estimate)
+    content = message.content
+    if estimate.text(content) <= limit:
+        return None
+    keep = _floor_chars(content, estimate, limit)
+    return replace(message, content=_cut_text(content, keep) if keep else CUT_STUB), keep
+
+
+def _floor_chars(content: str, estimate: Estimator, limit: int) -> int:
+    """The most characters of ``content`` that, cut with the note, ``estimate`` counts at
+    ``limit`` or fewer; 0 when not even one does.
+
+    A search, not a ratio: how many characters a token holds differs by script
+    and estimator. Each probe counts only the beginning it would keep.
+    """
+
+    def fits(keep: int) -> bool:
+        return estimate.text(_cut_text(content, keep)) <= limit
+
+    if not fits(1):
+        return 0
+    low, high = 1, len(content)  # ``low`` fits; the whole text does not
+    probe = 4 * limit  # about where prose stops fitting
+    while probe < high and fits(probe):
+        low, probe = probe, probe * 2
+    high = min(high, probe)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def _cut_text(content: str, keep: int) -> str:

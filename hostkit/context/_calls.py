@@ -15,10 +15,9 @@ import json
 import math
 from collections.abc import Sequence
 
-from hostkit.context._assemble import CUT_MIN_CHARS, CalibratedEstimator, at_floor
+from hostkit.context._assemble import CalibratedEstimator, at_floor, floor_tokens
 from hostkit.freeze import thaw
 from hostkit.types import (
-    MAX_CALL_ID_CHARS,
     LayerSummary,
     ModelMessage,
     OversizedArguments,
@@ -27,25 +26,15 @@ from hostkit.types import (
 
 __all__ = [
     "MARKER_CHARS",
-    "REFUSAL",
-    "RESULT_FLOOR",
     "fit_calls",
     "least_current",
+    "result_floor",
     "room_for_current",
     "scaled",
 ]
 
 # How much of refused arguments the marker keeps: enough for the model to know its call.
 MARKER_CHARS = 200
-# What each call's result takes at least at the next step: one cut to its floor
-# (``cut_current``), prose, answering the longest call id.
-RESULT_FLOOR = ModelMessage(
-    "tool",
-    at_floor(ModelMessage("tool", "word " * CUT_MIN_CHARS, tool_call_id="c")).content,
-    tool_call_id="c" * MAX_CALL_ID_CHARS,
-)
-# What a refused call's result takes at the next step: its refusal, a few hundred chars.
-REFUSAL = ModelMessage("tool", "refused " * 40, tool_call_id="c" * MAX_CALL_ID_CHARS)
 # Layers every request of the turn holds as they are: all but these.
 _SIZED = frozenset({"summary", "history", "current"})
 
@@ -61,9 +50,16 @@ def least_current(messages: Sequence[ModelMessage], estimate: CalibratedEstimato
     its floor."""
     total = 0
     for message in messages:
-        cut = at_floor(message)
+        cut = at_floor(message, estimate)
         total += estimate.message(message) if cut is message else scaled(estimate, cut)
     return total
+
+
+def result_floor(estimate: CalibratedEstimator, call: ToolCall) -> int:
+    """The most tokens ``call``'s result takes at the next step, whatever the tool returns:
+    its text at its floor (``at_floor``) and the framing and id around it."""
+    framing = ModelMessage("tool", "", tool_call_id=call.call_id, name=call.name)
+    return floor_tokens(estimate) + scaled(estimate, framing)
 
 
 def scaled(estimate: CalibratedEstimator, message: ModelMessage) -> int:
@@ -72,27 +68,33 @@ def scaled(estimate: CalibratedEstimator, message: ModelMessage) -> int:
 
 
 def fit_calls(
-    calls: Sequence[ToolCall], estimate: CalibratedEstimator, room: int, floor: int
+    calls: Sequence[ToolCall], estimate: CalibratedEstimator, room: int
 ) -> tuple[ToolCall, ...] | None:
     """``calls`` with each that ``room`` cannot hold kept as ``OversizedArguments``; None
     when all fit.
 
-    A kept call needs its own size and ``floor`` tokens for its result beside it; a
-    refused one its marker and its refusal. Each call is counted as a message of its
-    own (its framing too: errs high). In order: a call that fits what the calls before
-    it left is kept, so one huge call among small ones costs only itself, and of many
-    calls that together are too large the first ones run.
+    Kept or refused, every call goes back with the turn: refused, as its marker and
+    its refusal (a tool result too). So each is reserved its marker and its result's
+    floor (``result_floor``) first, and what is left goes to the calls in order, a
+    kept call taking its own size instead of its marker's: one huge call among small
+    ones costs only itself, and of many calls that together are too large the first
+    ones run. When not even every call refused fits, none runs. Each call is counted
+    as a message of its own (its framing too: errs high).
     """
-    refusal = scaled(estimate, REFUSAL)
     left = room
-    kept: list[ToolCall] = []
+    sized: list[tuple[ToolCall, int, int]] = []
     for call in calls:
         size = scaled(estimate, ModelMessage("assistant", tool_calls=(call,)))
-        if size + floor <= left:
-            left -= size + floor
+        marker = scaled(estimate, ModelMessage("assistant", tool_calls=(_refused(call, size, 0),)))
+        left -= marker + result_floor(estimate, call)
+        sized.append((call, size, marker))
+    room_for_all = left >= 0
+    kept: list[ToolCall] = []
+    for call, size, marker in sized:
+        if room_for_all and size - marker <= left:
+            left -= size - marker
         else:
-            call = _refused(call, size, left - floor)
-            left -= scaled(estimate, ModelMessage("assistant", tool_calls=(call,))) + refusal
+            call = _refused(call, size, left + marker)
         kept.append(call)
     if all(new is old for new, old in zip(kept, calls, strict=True)):
         return None

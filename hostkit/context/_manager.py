@@ -27,9 +27,9 @@ from hostkit.context._assemble import (
 )
 from hostkit.context._bootstrap import BootstrapSource
 from hostkit.context._calls import (
-    RESULT_FLOOR,
     fit_calls,
     least_current,
+    result_floor,
     room_for_current,
     scaled,
 )
@@ -42,7 +42,14 @@ from hostkit.context._compaction import (
 from hostkit.context._estimate import Estimator, EstimatorRegistry
 from hostkit.context._window import SessionWindow
 from hostkit.errors import ConfigError, HostkitError
-from hostkit.store import MAX_WINDOW, ObservedStep, RuntimeStore, StepRecord
+from hostkit.store import (
+    MAX_WINDOW,
+    MIN_RATIO,
+    ObservedStep,
+    RuntimeStore,
+    StepRecord,
+    calibration_sample,
+)
 from hostkit.types import (
     MAX_DECISION_TEXT,
     ContextDecision,
@@ -176,8 +183,6 @@ class ContextManager:
         self._unwritten: list[ContextDecision] = []
         # A request's fixed framing per estimator and whether it opens with a system message.
         self._fixed: dict[tuple[str, bool | None], int] = {}
-        # A result cut to its floor (``RESULT_FLOOR``) per estimator, uncalibrated.
-        self._floors: dict[str, int] = {}
 
     @property
     def cached_sessions(self) -> int:
@@ -448,43 +453,91 @@ class ContextManager:
         return True
 
     async def kept_calls(
-        self, request: ContextRequest, prepared: ContextReady, step: ModelMessage
+        self,
+        request: ContextRequest,
+        prepared: ContextReady,
+        step: ModelMessage,
+        observed: ObservedStep,
     ) -> tuple[ToolCall, ...] | None:
         """``step``'s calls as the turn's next request can hold them; None when all fit.
 
         ``step`` is the assistant message the model answered ``request`` with (as
-        the transcript keeps it), ``prepared`` what ``prepare`` made of ``request``.
-        A step's calls are never cut, so a call whose arguments the next request could
-        not hold beside the turn's other messages, each call's result and each text
-        cut to its floor (``cut_current``) and no summary or history, is kept as
-        ``OversizedArguments`` instead: the effect runtime refuses it before anything
-        runs and the turn goes on. The common case costs one count, which the next
-        ``prepare`` reuses.
+        the transcript keeps it), ``prepared`` what ``prepare`` made of ``request``,
+        ``observed`` the step's staged observation (``stage``). A step's calls are
+        never cut, so a call whose arguments the next request could not hold beside
+        the turn's other messages, each call's result and each text cut to its floor
+        (``cut_current``) and no summary or history, is kept as ``OversizedArguments``
+        instead: the effect runtime refuses it before anything runs and the turn goes
+        on. The next request is counted as the next ``prepare`` will count it: with
+        the calibration this step's reported usage moves (the observation commits
+        only with the step's transcript write, after this). The common case costs one
+        count, which the next ``prepare`` reuses.
         """
         context = request.context
         window = self._windows.get(context.session_id)
         if window is None or window.current != context.turn_id:
             window = await self._read(request)
-        estimate, _ = self._estimator(request, window)
-        floor = self._floors.get(estimate.estimator_id)
-        if floor is None:
-            floor = self._floors[estimate.estimator_id] = estimate.base.message(RESULT_FLOOR)
-        floor = math.ceil(floor * estimate.factor)
-        room = room_for_current(prepared.hard_budget, prepared.layers)
+        sent, _ = self._estimator(request, window)
+        estimate, _ = self._estimator(request, window, self._sample(request, observed))
+        # The turn's messages as the next ``prepare`` takes them (uncut), a continuation's
+        # answered calls first.
+        _, moved = split_answered(window.history.view(leading_results(request.messages)))
+        turn = (*moved, *request.messages)
         current = next(x for x in reversed(prepared.layers) if x.name == "current")
+        if estimate.factor == sent.factor:
+            room = room_for_current(prepared.hard_budget, prepared.layers)
+            tokens = current.tokens
+        else:
+            # This step's usage raises the calibration: count the next request under it.
+            room = self._recounted_room(request, window, estimate, prepared)
+            tokens = sum(estimate.message(m) for m in turn)
         calls = step.tool_calls
-        need = estimate.message(step) + floor * len(calls)
+        need = estimate.message(step) + sum(result_floor(estimate, call) for call in calls)
         # What ``prepare`` cuts the turn's messages into when they do not fit: three
         # quarters of the room. The calls' results are not known yet (any may be large
         # and cut), so the step must fit there beside the turn, every result at its floor.
         share = room * 3 // 4
-        if not current.pruned and current.tokens + need <= share:
+        if not current.pruned and tokens + need <= share:
             return None
-        turn = prepared.messages[len(prepared.messages) - current.items :]
         left = share - least_current(turn, estimate)
         # The step's own text is cut too when the next request needs the room.
-        text = scaled(estimate, at_floor(dataclasses.replace(step, tool_calls=())))
-        return fit_calls(calls, estimate, left - text, floor)
+        text = scaled(estimate, at_floor(dataclasses.replace(step, tool_calls=()), estimate))
+        return fit_calls(calls, estimate, left - text)
+
+    def _sample(self, request: ContextRequest, observed: ObservedStep) -> float | None:
+        """The calibration ratio ``observed`` samples, when its observation will move the
+        calibration this session's estimates use; else None."""
+        # Held until the observation writes it, or pushed out of the held ones, unwritten.
+        decision = observed.decision or next(
+            (d for d in self._unwritten if d.decision_id == observed.observation.decision_id),
+            None,
+        )
+        sampled = calibration_sample(decision, observed.observation.usage.input_tokens)
+        if decision is None or sampled is None:
+            return None
+        snapshot = request.context.capability_snapshot
+        base, _ = self.estimators.resolve(request.limits.estimator_id)
+        if (decision.provider, decision.model, decision.estimator) != (
+            snapshot.get("provider"),
+            snapshot.get("model"),
+            base.estimator_id,
+        ):
+            return None  # keyed otherwise: never applied to this session's estimates
+        return sampled[0]
+
+    def _recounted_room(
+        self,
+        request: ContextRequest,
+        window: SessionWindow,
+        estimate: CalibratedEstimator,
+        prepared: ContextReady,
+    ) -> int:
+        """``room_for_current`` of ``prepared`` counted under ``estimate``: what the
+        instructions, bootstrap, contributions, schemas and framing leave."""
+        fixed = self._head(request, window, estimate, room=0).tokens
+        fixed += estimate.definitions(request.definitions)
+        fixed += self._framing(estimate, prepared.messages[:1])
+        return max(0, prepared.hard_budget - fixed)
 
     def _release(self, turn_id: str) -> None:
         """The turn ended: its decisions that were never observed are to be written."""
@@ -635,8 +688,11 @@ class ContextManager:
         )
 
     def _estimator(
-        self, request: ContextRequest, window: SessionWindow
+        self, request: ContextRequest, window: SessionWindow, sample: float | None = None
     ) -> tuple[CalibratedEstimator, bool]:
+        """The session's estimator, scaled by its calibration; with ``sample`` (what a
+        step's observation samples), by at least that: where the observation will move it.
+        """
         base, exact = self.estimators.resolve(request.limits.estimator_id)
         snapshot = request.context.capability_snapshot
         calibration = window.calibration
@@ -646,7 +702,12 @@ class ContextManager:
             calibration.model,
             calibration.estimator,
         ) == (snapshot.get("provider"), snapshot.get("model"), base.estimator_id):
-            factor = calibration.ratio
+            # Never below MIN_RATIO, a ratio an older hostkit learned included.
+            factor = max(MIN_RATIO, calibration.ratio)
+        if sample is not None:
+            # Where the observation moves the ratio, or above: a sample above the ratio
+            # and 1 is taken at once, any other averaged in.
+            factor = max(factor, sample)
         if exact:
             # An exact count is never scaled down. A ratio below 1 learned against it came
             # from counting what the model never read (an older hostkit counted the tool

@@ -34,6 +34,7 @@ from hostkit.store._context import (
     MAX_WINDOW,
     ContextStore,
 )
+from hostkit.store._context_rows import MIN_RATIO, calibration_sample
 from hostkit.store._context_values import (
     Calibration,
     CommittedSummary,
@@ -179,6 +180,7 @@ __all__ = [
     "MAX_TERMINAL_RUN_LIST",
     "MAX_WINDOW",
     "MIGRATIONS",
+    "MIN_RATIO",
     "RECLAIM_BATCH",
     "SCHEMA_VERSION",
     "TERMINAL_RUN_LEASE_S",
@@ -259,6 +261,7 @@ __all__ = [
     "WaitLimit",
     "approval_facts",
     "audit_reason",
+    "calibration_sample",
     "carries_password",
     "epoch_of",
     "file_schema_version",

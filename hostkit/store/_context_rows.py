@@ -47,6 +47,7 @@ __all__ = [
     "MAX_RATIO",
     "MAX_SAMPLES",
     "MIN_RATIO",
+    "calibration_sample",
     "commit_summary",
     "compaction_state",
     "decision",
@@ -71,8 +72,12 @@ _log = logging.getLogger("hostkit.store")
 
 # A calibration ratio stays within these bounds whatever a provider reports. Dense text
 # (base64, hex, decomposed accents) tokenizes at twice the estimate and more: a bound of 2
-# would leave such a session over its window for good.
-MIN_RATIO, MAX_RATIO = 0.5, 4.0
+# would leave such a session over its window for good. The estimate is an upper bound by
+# design, and one ratio scales all of a session's content: what one kind of text teaches
+# must not put another over the window. Chinese is counted at 0.23-0.34 of the estimate
+# (o200k), English prose at 0.71, Python at 0.62: at 0.8 (1/1.25) the ordinary text of a
+# session that learned on Chinese is still counted high, by over a tenth for English.
+MIN_RATIO, MAX_RATIO = 0.8, 4.0
 # Calibration is a moving average over about this many observations, except that a sample
 # above both the ratio and 1 (the provider counted more than the estimate) is taken at
 # once: the request after one that was under-estimated must fit.
@@ -80,7 +85,7 @@ MAX_SAMPLES = 20
 # A request estimated below this many tokens is mostly the estimate's fixed costs (framing,
 # per-message overhead, schemas), which it counts generously: the provider counting fewer
 # says nothing about the content of the larger requests that follow, and taking it would
-# scale their estimates down (to half, at MIN_RATIO) and over the window. Such a sample
+# scale their estimates down (to MIN_RATIO) and over the window. Such a sample
 # counts as at least 1 and leaves a higher ratio as it is; above those it is taken as any other.
 MIN_LOWERING_TOKENS = 1_000
 
@@ -468,14 +473,9 @@ def _append_usage(
     )
     if cursor.rowcount != 1:
         return None
-    reported = usage.input_tokens  # cache buckets are subsets of it (see Usage)
-    if (
-        recorded is None
-        or recorded.kind != "ready"
-        or not recorded.raw_input_tokens
-        or not recorded.estimator
-        or reported <= 0
-    ):
+    # Cache buckets are subsets of the input tokens (see Usage).
+    sampled = calibration_sample(recorded, usage.input_tokens)
+    if recorded is None or recorded.estimator is None or sampled is None:
         return _Appended(None)
     # Keyed by the pinned provider/model: a provider may report a dated alias.
     key = (
@@ -484,11 +484,33 @@ def _append_usage(
         recorded.model or observation.model,
         recorded.estimator,
     )
-    sample = reported / recorded.raw_input_tokens
-    lowers = recorded.raw_input_tokens >= MIN_LOWERING_TOKENS
+    sample, lowers = sampled
+    return _Appended(_calibrate(conn, key, sample, lowers=lowers))
+
+
+def calibration_sample(
+    decision: ContextDecision | None, reported: int
+) -> tuple[float, bool] | None:
+    """The ratio a step's reported input tokens give against its ``decision``'s raw
+    estimate (within ``MIN_RATIO``..``MAX_RATIO``), and whether it may lower the session's;
+    None when it calibrates nothing.
+
+    What observing the step will move the calibration toward: the ContextManager
+    checks a step's calls with it before the observation commits.
+    """
+    if (
+        decision is None
+        or decision.kind != "ready"
+        or not decision.raw_input_tokens
+        or not decision.estimator
+        or reported <= 0
+    ):
+        return None
+    sample = reported / decision.raw_input_tokens
+    lowers = decision.raw_input_tokens >= MIN_LOWERING_TOKENS
     if not lowers:
         sample = max(sample, 1.0)
-    return _Appended(_calibrate(conn, key, sample, lowers=lowers))
+    return min(MAX_RATIO, max(MIN_RATIO, sample)), lowers
 
 
 _SAME_KEY = (
@@ -524,7 +546,6 @@ def _calibrate(
     is, and the row comes back as it was left.
     """
     session_id, provider, model, estimator = key
-    sample = min(MAX_RATIO, max(MIN_RATIO, sample))
     cursor = conn.cursor()
     cursor.row_factory = sqlite3.Row
     params = [session_id, provider, model, estimator, sample, int(lowers)]

@@ -566,7 +566,8 @@ class TurnExecution:
             if response.tool_calls:
                 # A call the turn's next request could not hold is refused, never run: run,
                 # its step would overflow the window and fail the turn after the effect.
-                kept = await self._context.kept_calls(context_request, prepared, assistant)
+                # Counted with the calibration this step's usage moves once it commits.
+                kept = await self._context.kept_calls(context_request, prepared, assistant, staged)
                 if kept is not None:
                     response = with_kept(response, assistant.tool_calls, kept)
                     assistant = ModelMessage(

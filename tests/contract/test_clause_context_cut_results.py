@@ -144,3 +144,76 @@ async def test_two_steps_of_long_text_are_both_cut_and_the_turn_goes_on(
     assert len({len(m.content) for m in steps}) == 1, "both cut by the same share"
     assert [m.content for m in last if m.role == "tool"] == ["small result 1", "small result 2"]
     assert [m.content for m in stored if m.tool_calls] == [first, second]
+
+
+# -- results the estimate counts densely ------------------------------------------------------
+
+DENSE = {
+    "chinese": "中文是一种非常美丽的语言有着悠久的历史" * 60,
+    "emoji": "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466" * 200,
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "calls", "window", "output"),
+    [
+        ("chinese", 4, 8_192, 1_024),
+        ("emoji", 6, 8_192, 1_024),
+        ("chinese", 1, 2_048, 512),  # the local model's window
+        ("chinese", 3, 2_048, 512),
+        ("emoji", 3, 2_048, 512),
+    ],
+)
+async def test_dense_results_are_cut_to_a_floor_in_tokens_and_the_turn_completes(
+    tmp_path: Path, kind: str, calls: int, window: int, output: int
+) -> None:
+    """A result's floor was 400 characters: of Chinese or emoji about ten times the tokens
+    ``kept_calls`` reserved for it, so the calls ran and the next step failed
+    (``current_input_too_large``), even one call on a 2,048-token window. The floor is a
+    number of tokens now: the calls run, their results reach the model cut, and it answers."""
+    ran: list[int] = []
+
+    @tool("probe.read")
+    async def read(ctx: ToolContext, n: int) -> str:
+        """Reads a document."""
+        ran.append(n)
+        return DENSE[kind]
+
+    model = ScriptedModel(
+        [CallTools(*[("probe_read", {"n": n}) for n in range(calls)]), Reply("read them")],
+        limits=ModelLimits(context_window=window, max_output_tokens=output),
+    )
+    async with Host.open(config(tmp_path), capabilities=capabilities(model, tools=[read])) as host:
+        result = await host.turns.run(request("read the documents"))
+    assert (result.outcome, result.error, result.text) == ("completed", None, "read them")
+    assert [e.status for e in result.effects] == ["succeeded"] * calls
+    assert ran == list(range(calls))
+    last = model.requests[-1]
+    assert CharEstimator().request(last.messages, last.tools) <= window - output
+    for message in [m for m in last.messages if m.role == "tool"]:
+        assert message.content.startswith(DENSE[kind][:1])
+        assert CUT_NOTE in message.content
+
+
+async def test_dense_calls_a_small_window_cannot_answer_are_refused_before_any_runs(
+    tmp_path: Path,
+) -> None:
+    """Six calls on a 2,048-token window: even refused, each goes back with the turn (its
+    marker, its refusal), and their results at their floor could not all be held. None
+    runs; the model reads the refusals and answers."""
+    ran: list[int] = []
+
+    @tool("probe.read")
+    async def read(ctx: ToolContext, n: int) -> str:
+        """Reads a document."""
+        ran.append(n)
+        return DENSE["chinese"]
+
+    model = ScriptedModel(
+        [CallTools(*[("probe_read", {"n": n}) for n in range(6)]), Reply("fewer, then")],
+        limits=ModelLimits(context_window=2_048, max_output_tokens=512),
+    )
+    async with Host.open(config(tmp_path), capabilities=capabilities(model, tools=[read])) as host:
+        result = await host.turns.run(request("read the documents"))
+    assert (result.outcome, result.error, result.text) == ("completed", None, "fewer, then")
+    assert ([e.status for e in result.effects], ran) == (["invalid"] * 6, [])

@@ -14,6 +14,7 @@ fit run as before.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,10 +23,19 @@ from typing import Any
 import anyio
 import pytest
 
+from hostkit.context import CharEstimator
 from hostkit.effects import ToolContext, tool
 from hostkit.host import Host
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
-from hostkit.types import MalformedArguments, ModelMessage, OversizedArguments
+from hostkit.types import (
+    MalformedArguments,
+    ModelLimits,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    OversizedArguments,
+    Usage,
+)
 from tests.hosts import config, request
 from tests.wire.rigs import WireRig, openai_rig
 from tests.wire.scenario import Answer, Call
@@ -257,22 +267,77 @@ async def test_a_call_the_window_holds_only_until_a_large_result_is_cut_is_refus
     )
 
 
-async def test_of_many_small_calls_the_window_cannot_answer_all_the_first_ones_run(
+async def test_small_calls_run_while_their_results_fit_at_their_floor_and_else_none_does(
     tmp_path: Path,
 ) -> None:
-    """Twenty calls whose results could not all be kept at their floor: the first ones
-    run (each keeps room for its own result only), the rest are refused, not all of them."""
+    """Each result is reserved its floor (a bounded number of tokens, whatever the tool
+    returns), and a refused call still goes back with the turn as its marker and its
+    refusal, reserved the same. Twenty small calls fit so on the 8,192-token window: all
+    run. Forty do not, even all refused: none runs (had some run and returned much, the
+    next step would fail with their effects done)."""
 
     @tool("work.quick")
     async def quick(ctx: ToolContext) -> str:
         """Answer at once."""
         return "ok"
 
-    model = ScriptedModel([CallTools(*[("work_quick", {})] * 20), Reply("done")])
-    async with Host.open(config(tmp_path), capabilities=capabilities(model, tools=[quick])) as host:
-        result = await host.turns.run(request("go"))
-    statuses = [effect.status for effect in result.effects]
-    ran = statuses.count("succeeded")
-    assert result.outcome == "completed"
-    assert 0 < ran < 20
-    assert statuses == ["succeeded"] * ran + ["invalid"] * (20 - ran)
+    outcomes = []
+    for count in (20, 40):
+        model = ScriptedModel([CallTools(*[("work_quick", {})] * count), Reply("done")])
+        caps = capabilities(model, tools=[quick])
+        async with Host.open(config(tmp_path / str(count)), capabilities=caps) as host:
+            result = await host.turns.run(request("go"))
+        outcomes.append((count, [effect.status for effect in result.effects]))
+    assert outcomes == [(20, ["succeeded"] * 20), (40, ["invalid"] * 40)]
+
+
+# -- the calibration the step's own usage moves ----------------------------------------------
+
+
+class CountsDouble(ScriptedModel):
+    """Reports twice what CharEstimator counts as its input usage: a tokenizer that much
+    denser than the estimate on this session's text."""
+
+    def _respond(self, request: ModelRequest, step: Reply | CallTools) -> ModelResponse:
+        response = super()._respond(request, step)
+        counted = 2 * CharEstimator().request(request.messages, request.tools)
+        return dataclasses.replace(response, usage=Usage(counted, 5))
+
+
+PASTE = "The list holds the names of every file the build touched last night. " * 340
+CONTENT = "The report covers the quarterly numbers and the plan for the next year. " * 340
+
+
+async def test_a_call_the_next_request_holds_only_by_the_old_calibration_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The step's usage, committed with the step after its calls are checked, doubles the
+    calibration: the paste and the call fit the next request by the old ratio, not by
+    the one that request is counted with. The call used to run, then the next step failed
+    (``current_input_too_large``) with the file written. It is refused before it runs."""
+    wrote: list[int] = []
+
+    @tool("files.put")
+    async def put(ctx: ToolContext, path: str, content: str) -> str:
+        """Write a file."""
+        wrote.append(len(content))
+        return "written"
+
+    model = CountsDouble(
+        [CallTools(("files_put", {"path": "list.txt", "content": CONTENT})), Reply("too large")],
+        limits=ModelLimits(context_window=32_768, max_output_tokens=4_096),
+    )
+    async with Host.open(config(tmp_path), capabilities=capabilities(model, tools=[put])) as host:
+        result = await host.turns.run(request("Save this list to a file:\n" + PASTE))
+        calibration = (
+            await host.store.context.read_state(
+                session_id=result.session_id, turn_id="none", window=1
+            )
+        ).calibration
+    assert (result.outcome, result.error, result.text) == ("completed", None, "too large")
+    assert ([e.status for e in result.effects], wrote) == (["invalid"], [])
+    assert calibration is not None
+    assert calibration.ratio == pytest.approx(2.0, rel=0.01)
+    for sent in model.requests:  # each fit the window as the provider counts it
+        counted = 2 * CharEstimator().request(sent.messages, sent.tools)
+        assert counted + sent.max_output_tokens <= 32_768

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from hostkit.authority import AuthorityResolver
-from hostkit.context import CharEstimator, ContextManager
+from hostkit.context import CharEstimator, ContextManager, Estimator, TokenizerEstimator
+from hostkit.context._assemble import CUT_MIN_TOKENS, CUT_STUB, CalibratedEstimator, at_floor
+from hostkit.context._calls import result_floor
 from hostkit.store import RuntimeStore
 from hostkit.types import (
     ContextRequest,
@@ -324,8 +326,8 @@ async def test_a_steps_long_text_is_cut_only_after_its_results_and_never_the_inp
     store: RuntimeStore, authority: AuthorityResolver
 ) -> None:
     """Results go first; a step's text is cut (its beginning kept, same note) only when the
-    results at their floor still do not fit, and never below its floor. What the turn holds
-    is unchanged, and the user's input is never cut."""
+    results at their floor (``CUT_MIN_TOKENS`` of text) still do not fit, and never below
+    its floor. What the turn holds is unchanged, and the user's input is never cut."""
     scope = await authority.for_conversation(facts("c"))
     manager = ContextManager(store)
     call = ToolCall("call_0", "probe_big", {"n": 0})
@@ -351,10 +353,14 @@ async def test_a_steps_long_text_is_cut_only_after_its_results_and_never_the_inp
     assert ready.estimated_input_tokens <= ready.hard_budget
     [sent] = [m for m in ready.messages if m.role == "assistant"]
     assert sent.tool_calls == (call,)
-    assert sent.content.startswith("t" * 400)
+    floor = at_floor(long[1], CharEstimator()).content
+    assert sent.content.startswith(floor[: floor.index("\n")])
     assert sent.content.endswith(" of 40,000 characters]")
     [answer] = [m for m in ready.messages if m.role == "tool"]
-    assert answer.content.endswith("the first 400 of 12,008 characters]")
+    assert answer.content == at_floor(result, CharEstimator()).content
+    assert answer.content.startswith("result: yyy")
+    assert answer.content.endswith(" of 12,008 characters]")
+    assert CharEstimator().text(answer.content) <= CUT_MIN_TOKENS
     assert ready.messages[-3] == long[0]
     (current,) = [layer for layer in ready.layers if layer.name == "current"]
     assert current.pruned == 2
@@ -381,3 +387,49 @@ async def test_results_that_cannot_fit_even_cut_to_their_floor_still_overflow(
         )
     )
     assert (overflow.kind, overflow.reason) == ("overflow", "current_input_too_large")
+
+
+# Results the estimate counts at a token a byte or more: at 400 characters each was many
+# times the floor ``kept_calls`` reserved for it.
+DENSE = {
+    "chinese": "中文是一种非常美丽的语言有着悠久的历史" * 400,
+    "emoji": "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466" * 300,
+    "symbols": "".join(map(chr, range(0x2200, 0x2240))) * 100,  # mathematical operators
+    "combining": "e\u0301\u0302\u0303" * 2_000,
+    "digits": "0123456789" * 800,
+    "prose": "the quick brown fox jumps over the lazy dog " * 200,
+}
+
+
+@pytest.mark.parametrize("factor", [0.8, 1.0, 1.93])
+@pytest.mark.parametrize(
+    "base",
+    [
+        CharEstimator(),
+        TokenizerEstimator(lambda text: len(text.encode()), estimator_id="bytes"),
+        # Counts so high that not one character fits a floor: the fixed stub.
+        TokenizerEstimator(lambda text: 1_000 * len(text), estimator_id="huge"),
+    ],
+    ids=["charclass", "bytes", "huge"],
+)
+def test_a_result_at_its_floor_takes_at_most_its_reserved_tokens_whatever_it_holds(
+    base: Estimator, factor: float
+) -> None:
+    """The floor is a number of tokens under the estimator in use, not of characters: a
+    result cut to it, Chinese, emoji, symbols or prose, takes at most what ``kept_calls``
+    reserves for it (``result_floor``). It keeps its beginning, or is the fixed stub when
+    not even one character fits beside the note (never under ``CharEstimator`` as it is)."""
+    estimate = CalibratedEstimator(base, factor)
+    call = ToolCall("call_" + "x" * 27, "probe_read", {})
+    for kind, text in DENSE.items():
+        result = ModelMessage("tool", text, tool_call_id=call.call_id, name=call.name)
+        floor = at_floor(result, estimate)
+        assert floor is not result, kind
+        assert estimate.message(floor) <= result_floor(estimate, call), kind
+        if floor.content == CUT_STUB:
+            assert not isinstance(base, CharEstimator) or factor > 1, kind
+        else:
+            assert floor.content.startswith(text[:1]), kind
+            assert floor.content.endswith(f" of {len(text):,} characters]"), kind
+        # What already fits its floor stays as it is.
+        assert at_floor(floor, estimate) is floor or base.estimator_id == "huge"

@@ -13,6 +13,7 @@ import pytest
 from hostkit.authority import AuthorityResolver
 from hostkit.context import (
     REFERENCE_ONLY,
+    CharEstimator,
     ContextManager,
     EstimatorRegistry,
     TokenizerEstimator,
@@ -273,13 +274,13 @@ async def test_calibration_advances_after_the_observation_and_resets_on_a_model_
     context = with_model(context_for(scope, "t1"), "p", "model-a")
     first = await manager.prepare(request_for(context))
     assert isinstance(first, ContextReady)
-    # The provider counted half of what was estimated.
+    # The provider counted half of what was estimated: the ratio falls to MIN_RATIO (0.8).
     await observe(manager, first, context, first.estimated_input_tokens // 2)
     second = await manager.prepare(
         request_for(with_model(context_for(scope, "t2"), "p", "model-a"))
     )
     assert isinstance(second, ContextReady)
-    assert second.estimated_input_tokens < first.estimated_input_tokens * 0.6
+    assert second.estimated_input_tokens < first.estimated_input_tokens * 0.85
     switched = await manager.prepare(
         request_for(with_model(context_for(scope, "t3"), "p", "model-b"))
     )
@@ -446,7 +447,32 @@ async def test_calibration_follows_the_pinned_model_when_the_provider_reports_an
         request_for(with_model(context_for(scope, "t2"), "p", "gpt-4o-mini"))
     )
     assert isinstance(second, ContextReady)
-    assert second.estimated_input_tokens < first.estimated_input_tokens * 0.6
+    assert second.estimated_input_tokens < first.estimated_input_tokens * 0.85
+
+
+async def test_a_ratio_stored_below_min_ratio_scales_no_estimate_below_it(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    """A ratio an older hostkit learned down to 0.5 (one Chinese request took it there)
+    is applied as MIN_RATIO (0.8): the estimate is an upper bound, and the session's
+    English must not go out over the window by it."""
+    scope = await scope_with(authority, store, [ModelMessage("user", "w" * 3_500)])
+    context = with_model(context_for(scope, "t1"), "p", "m")
+    plain = await ContextManager(store).prepare(request_for(context))
+    assert isinstance(plain, ContextReady)
+    await store.write(
+        lambda conn: conn.execute(
+            "INSERT INTO context_calibration (session_id, provider, model, estimator, ratio, "
+            "samples, updated_at) VALUES (?, 'p', 'm', ?, 0.5, 1, '2026-01-01T00:00:00.000Z')",
+            [context.session_id, CharEstimator().estimator_id],
+        )
+    )
+    scaled = await ContextManager(store).prepare(
+        request_for(with_model(context_for(scope, "t2"), "p", "m"))
+    )
+    assert isinstance(scaled, ContextReady)
+    assert plain.estimated_input_tokens * 0.8 <= scaled.estimated_input_tokens
+    assert scaled.estimated_input_tokens < plain.estimated_input_tokens * 0.85
 
 
 async def test_an_exact_estimate_is_never_scaled_down_by_a_learned_ratio(

@@ -525,7 +525,8 @@ async def test_the_calibration_an_observation_moves_is_used_by_the_next_step(
     assert isinstance(second, ContextReady)
     assert isinstance(fresh, ContextReady)
     assert second.estimated_input_tokens == fresh.estimated_input_tokens
-    assert second.estimated_input_tokens < first.estimated_input_tokens * 0.6
+    # The provider counted half: the ratio falls as far as MIN_RATIO (0.8).
+    assert second.estimated_input_tokens < first.estimated_input_tokens * 0.85
 
 
 class ThreadNoting(CharEstimator):

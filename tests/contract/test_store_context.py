@@ -29,7 +29,7 @@ from hostkit.store import (
     RowStore,
     RuntimeStore,
 )
-from hostkit.store._context_rows import MAX_RATIO, MIN_LOWERING_TOKENS, REFUSAL_STEP
+from hostkit.store._context_rows import MAX_RATIO, MIN_LOWERING_TOKENS, MIN_RATIO, REFUSAL_STEP
 from hostkit.types import (
     MAX_DECISION_TEXT,
     ContextDecision,
@@ -490,15 +490,17 @@ async def test_calibration_rises_at_once_and_falls_as_a_moving_average(
 ) -> None:
     """A sample above both the ratio and 1 (the provider counted more than the estimate)
     is taken as it is: the next request must fit. Any other is averaged in arithmetically
-    (last weight 1/20 once 20 samples are in). The step's own answer is what the session
-    then holds, and another estimator starts it afresh."""
+    (last weight 1/20 once 20 samples are in), as at least MIN_RATIO. The step's own answer
+    is what the session then holds, and another estimator starts it afresh."""
     context = adapter.context
     session_id = await new_session(adapter)
     ratio, count = 0.0, 0
     for index in range(27):
-        sample = 0.5 + (index * 7 % 16) / 10  # 0.5 .. 2.0, never one value twice in a row
+        # 0.5 .. 2.0 (below MIN_RATIO, taken as it), never one value twice in a row.
+        sample = 0.5 + (index * 7 % 16) / 10
         step = ready(session_id, f"ctx_avg_{index}", raw_input_tokens=1_000)
         recorded = await context.record_step(step, observed(step, round(sample * 1_000)))
+        sample = max(MIN_RATIO, sample)
         weight = min(count, 20 - 1)
         rises = count == 0 or sample > max(ratio, 1.0)
         ratio, count = sample if rises else (ratio * weight + sample) / (weight + 1), count + 1
@@ -511,10 +513,26 @@ async def test_calibration_rises_at_once_and_falls_as_a_moving_average(
         assert state.calibration == recorded.calibration
 
     other = ready(session_id, "ctx_avg_other", raw_input_tokens=1_000, estimator="bytes/4")
-    reset = await context.record_step(other, observed(other, 700))
+    reset = await context.record_step(other, observed(other, 900))
     assert reset.calibration is not None
     assert (reset.calibration.estimator, reset.calibration.samples) == ("bytes/4", 1)
-    assert reset.calibration.ratio == pytest.approx(0.7)
+    assert reset.calibration.ratio == pytest.approx(0.9)
+
+
+async def test_text_counted_far_below_the_estimate_lowers_the_ratio_only_to_min_ratio(
+    adapter: RuntimeStore,
+) -> None:
+    """Chinese is counted at a quarter of the estimate (o200k): neither its first sample
+    nor twenty more take the session's ratio below 0.8, where the English (0.71 of the
+    estimate) and Python (0.62) the same session sends later are still counted high."""
+    context = adapter.context
+    session_id = await new_session(adapter)
+    for index in range(21):
+        step = ready(session_id, f"ctx_cjk_{index}", raw_input_tokens=3_608)
+        recorded = await context.record_step(step, observed(step, 875))
+        assert recorded.calibration is not None
+        assert recorded.calibration.ratio == pytest.approx(0.8)
+    assert MIN_RATIO == 0.8
 
 
 async def test_a_small_request_never_lowers_the_calibration(adapter: RuntimeStore) -> None:
@@ -528,9 +546,9 @@ async def test_a_small_request_never_lowers_the_calibration(adapter: RuntimeStor
     assert first.calibration is not None
     assert (first.calibration.ratio, first.calibration.samples) == (1.0, 1)
     large = ready(session_id, "ctx_large", raw_input_tokens=MIN_LOWERING_TOKENS)
-    second = await context.record_step(large, observed(large, MIN_LOWERING_TOKENS // 2))
+    second = await context.record_step(large, observed(large, MIN_LOWERING_TOKENS * 17 // 20))
     assert second.calibration is not None
-    assert second.calibration.ratio == pytest.approx((1.0 + 0.5) / 2)
+    assert second.calibration.ratio == pytest.approx((1.0 + 0.85) / 2)
     under = ready(session_id, "ctx_small_under", raw_input_tokens=200)
     third = await context.record_step(under, observed(under, 500))
     assert third.calibration is not None
