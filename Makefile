@@ -127,7 +127,7 @@ test: $(OLDEST_SPEC) bytecode
 	$(BIN)/ruff format --check hostkit tests bench
 	$(BIN)/lint-imports
 	@$(BIN)/mypy > .mypy-report 2>&1 & typing=$$!; \
-	HOSTKIT_REQUIRE=oldest-kernel,installed $(BIN)/python -m pytest -n 2 --dist worksteal \
+	HOSTKIT_REQUIRE=oldest-kernel,installed $(BIN)/python -m pytest -n 2 --dist worksteal --durations=25 \
 	    --ignore=tests/browser tests; tests=$$?; \
 	wait $$typing; typed=$$?; echo '$(BIN)/mypy'; cat .mypy-report; rm -f .mypy-report; \
 	test $$tests = 0 && test $$typed = 0

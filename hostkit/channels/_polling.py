@@ -222,6 +222,9 @@ class TelegramPoller:
             try:
                 with anyio.fail_after(self._accept_timeout_s):
                     receipts = await self._inbox.accept_batch(envelopes, checkpoint)
+            except InboxFull:
+                await self._answers_first(envelopes)
+                raise
             except (StoreError, TimeoutError) as exc:
                 self._store_health.failed(exc)
                 raise
@@ -231,6 +234,20 @@ class TelegramPoller:
         if accepted and self._on_accept is not None:
             self._on_accept()
         return accepted
+
+    async def _answers_first(self, envelopes: list[InboundEnvelope]) -> None:
+        """A full inbox refused the batch: store its approval answers alone (the inbox
+        takes them past its limits), so a press is not refused for as long as a message
+        shares its batch. The cursor stays: the batch comes again whole, and dedup
+        answers these as duplicates then."""
+        answers = [envelope for envelope in envelopes if envelope.kind == "command"]
+        if not answers or len(answers) == len(envelopes):
+            return
+        try:
+            with anyio.fail_after(self._accept_timeout_s):
+                await self._inbox.accept_batch(answers)
+        except (InboxFull, StoreError, TimeoutError):
+            return  # the batch's refusal is what the caller reports
 
     def _renumbered(self, updates: list[Any]) -> bool:
         """Whether Telegram numbered this batch afresh: an id below the cursor it was asked

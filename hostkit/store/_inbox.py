@@ -71,9 +71,10 @@ MAX_INBOX_LIST = 500
 ATTEMPTS_EXHAUSTED = "attempts_exhausted"
 # What a full inbox asks the sender to wait before it sends again (``InboxFull``).
 INBOX_FULL_RETRY_AFTER_S = 5.0
-# Commands (``approve K7Q2``, ``stop``) past the backlog limit or the disk reserve: each
-# ends work rather than adding it (an answer to a turn waiting in that backlog), and is a
-# few hundred bytes; this many beyond ``max_queued`` are still taken.
+# Commands (an approval's answer, ``approve K7QX2M``) past the backlog limit: each ends
+# work rather than adding it (the answer to a turn waiting in that backlog), and is a few
+# hundred bytes; this many beyond ``max_queued`` are still taken (and on a short disk,
+# down to half its reserve).
 COMMAND_ALLOWANCE = 1_000
 # The largest backlog limit and disk reserve an ``InboxLimits`` takes.
 MAX_QUEUED_LIMIT = 100_000_000

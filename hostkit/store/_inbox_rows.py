@@ -326,9 +326,14 @@ def _refusal(
     conn: sqlite3.Connection, batch: Sequence[tuple[tuple[str, str], list[Any]]], room: Room
 ) -> Refusal | None:
     """Why the batch's new keys do not fit, or None. Duplicates need no room, so keys
-    are looked up only when the backlog or the disk is short. Commands pass both limits
-    within ``COMMAND_ALLOWANCE`` more (an approval's answer must reach a full inbox)."""
-    short_disk = room.directory is not None and _free_bytes(room.directory) < room.reserve_bytes
+    are looked up only when the backlog or the disk is short. Commands (an approval's
+    answer must reach a full inbox) pass the backlog within ``COMMAND_ALLOWANCE`` more,
+    and the disk's reserve down to half of it: each still writes rows, and a flood of
+    them must not run the disk full either."""
+    # None: the database is on a server's disk, which the server keeps.
+    free_bytes = None if room.directory is None else _free_bytes(room.directory)
+    short_disk = free_bytes is not None and free_bytes < room.reserve_bytes
+    below_half = free_bytes is not None and free_bytes < room.reserve_bytes // 2
     ceiling = room.max_queued + COMMAND_ALLOWANCE
     queued = int(conn.execute(_QUEUED, [ceiling]).fetchone()[0])
     if not short_disk and room.max_queued - queued >= len(batch):
@@ -339,7 +344,7 @@ def _refusal(
         if conn.execute(_EXISTING, key).fetchone() is None
     }
     others = sum(not command for command in fresh.values())
-    if others and short_disk:
+    if fresh and short_disk and (others or below_half):
         return "disk"
     if (others and others > room.max_queued - queued) or len(fresh) > ceiling - queued:
         return "backlog"

@@ -10,6 +10,7 @@ limits. Nothing accepted is lost, and room made by the workers is used again.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -123,29 +124,37 @@ async def test_backpressure_lets_a_command_through_within_its_allowance(
             await sut.inbox.accept(envelope(key))
         with pytest.raises(InboxFull):
             await sut.inbox.accept(envelope("c"))
-        answer = await sut.inbox.accept(envelope("cmd", kind="command", payload="approve K7Q2"))
+        answer = await sut.inbox.accept(envelope("cmd", kind="command", payload="approve K7QX2M"))
         assert answer.disposition == "accepted"
         # A batch with one ordinary inbound is still refused whole.
         with pytest.raises(InboxFull):
             await sut.inbox.accept_batch(
-                [envelope("cmd2", kind="command", payload="stop"), envelope("d")],
+                [envelope("cmd2", kind="command", payload="deny K7QX2M"), envelope("d")],
                 SourceCheckpoint(SOURCE, "9"),
             )
         keys = sorted(r.platform_event_key for r in await sut.inbox.records())
         assert keys == ["a", "b", "cmd"]
         if adapter == "sqlite":  # the only adapter that keeps a disk reserve
-            reserved = sut.another(owner="worker.b", limits=InboxLimits(100, 1 << 40))
+            # Short of the reserve but above half of it: an answer passes, a message not.
+            stats = os.statvfs(tmp_path)
+            free = stats.f_bavail * stats.f_frsize
+            short = sut.another(owner="worker.b", limits=InboxLimits(100, free * 3 // 2))
             with pytest.raises(InboxFull):
-                await reserved.accept(envelope("e"))
-            stop = await reserved.accept(envelope("cmd3", kind="command", payload="stop"))
-            assert stop.disposition == "accepted"
+                await short.accept(envelope("e"))
+            answer = await short.accept(envelope("cmd3", kind="command", payload="deny K7QX2M"))
+            assert answer.disposition == "accepted"
+            # Below half of it: an answer is refused too (each still writes rows).
+            below = sut.another(owner="worker.c", limits=InboxLimits(100, free * 4))
+            with pytest.raises(InboxFull) as refused:
+                await below.accept(envelope("cmd4", kind="command", payload="deny K7QX2M"))
+            assert refused.value.reason == "disk"
     (tmp_path / "allowance").mkdir()
     async with open_inbox(adapter, tmp_path / "allowance", limits=InboxLimits(1)) as sut:
         await sut.inbox.accept(envelope("a"))
         for n in range(COMMAND_ALLOWANCE):
-            await sut.inbox.accept(envelope(f"c{n}", kind="command", payload="stop"))
+            await sut.inbox.accept(envelope(f"c{n}", kind="command", payload="deny K7QX2M"))
         with pytest.raises(InboxFull):
-            await sut.inbox.accept(envelope("one-more", kind="command", payload="stop"))
+            await sut.inbox.accept(envelope("one-more", kind="command", payload="deny K7QX2M"))
 
 
 async def test_a_host_keeps_32_mib_free_on_the_database_disk_unless_told_otherwise(

@@ -23,7 +23,7 @@ import pytest
 
 from hostkit.channels import TelegramPoller
 from hostkit.channels._polling import _read_checkpoint
-from hostkit.errors import PollError, StoreError
+from hostkit.errors import InboxFull, PollError, StoreError
 from hostkit.host._config import ChannelConfig
 from hostkit.inbox import ChannelInbox
 from hostkit.inbox._memory import MemoryInboxStore
@@ -235,6 +235,35 @@ async def test_run_backs_off_while_the_inbox_is_full_and_keeps_the_cursor(
                 await woken.wait()
             tasks.cancel_scope.cancel()
     assert await inbox.checkpoint(SOURCE) == "2"
+
+
+async def test_an_approval_answer_in_a_refused_batch_is_stored_alone_and_the_cursor_stays(
+    store: RuntimeStore,
+) -> None:
+    """A press must reach a full inbox even when a message shares its getUpdates batch:
+    the answer is stored alone, the message is not, and the cursor stays where it was
+    (the whole batch comes again; dedup answers the answer then)."""
+    inbox = ChannelInbox.on_store(store, limits=InboxLimits(1))
+    await inbox.accept(
+        InboundEnvelope(
+            channel_instance_id="hooks",
+            platform_event_key="e1",
+            conversation_key="c",
+            principal_key="p",
+            authenticated_by="hmac",
+            received_at=1e9,
+            payload="queued",
+        )
+    )
+    async with FakeTelegram.running(token=TOKEN) as telegram:
+        telegram.push_update(telegram_message(10, 7, "while full", message_id=1))
+        telegram.push_update(telegram_message(10, 7, "approve K7QX2M", message_id=2))
+        poller = _poller(telegram, inbox)
+        with anyio.fail_after(10), pytest.raises(InboxFull):
+            await poller.poll_once()
+    assert await inbox.checkpoint(SOURCE) is None
+    stored = [record for record in await inbox.records() if record.channel_instance_id != "hooks"]
+    assert [record.kind for record in stored] == ["command"]
 
 
 async def test_a_refused_token_stops_run_with_a_clear_error_that_hides_the_token(

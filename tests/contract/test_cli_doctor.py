@@ -7,6 +7,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -105,7 +106,7 @@ async def test_a_broken_config_fails(tmp_path: Path) -> None:
 
 
 async def test_a_database_of_a_newer_hostkit_fails(project: Path) -> None:
-    with sqlite3.connect(project / "hostkit.db") as conn:
+    with closing(sqlite3.connect(project / "hostkit.db")) as conn, conn:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     code, lines, _ = await doctor(project, DOCTOR_OPENAI_KEY=SECRET, DOCTOR_HOOK_SECRET=SECRET)
     assert code == 1

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -48,7 +49,7 @@ async def hostkit(*args: str, cwd: Path) -> tuple[int, str, str]:
 
 
 def audits(database: Path) -> int:
-    with sqlite3.connect(database) as conn:
+    with closing(sqlite3.connect(database)) as conn, conn:
         row = conn.execute("SELECT count(*) FROM audit WHERE kind = ?", [AUDITED]).fetchone()
     return int(row[0])
 
