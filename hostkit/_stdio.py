@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import io
 import os
+import stat
 import sys
 from typing import TYPE_CHECKING, TextIO
 
@@ -30,11 +32,19 @@ class _ReaderMayLeave(io.FileIO):
     """A standard stream's file descriptor whose reader may leave: from then on what is
     written there goes to the null device and counts as written.
 
-    Any other failure (a full disk) is raised once, to the writer that met it,
-    and the descriptor goes to the null device too: the bytes still buffered
+    A terminal that went away (its window closed under ``hostkit serve &``:
+    the kernel answers ``EIO`` on the device) is a reader that left too. Any other failure
+    (a full disk) is raised once, to the writer that met it, and the
+    descriptor goes to the null device too: the bytes still buffered
     above it would otherwise fail again at every flush, the interpreter's last
     one included (status 120 and a note on stderr).
     """
+
+    def __init__(self, fd: int, mode: str, *, closefd: bool) -> None:
+        super().__init__(fd, mode, closefd=closefd)
+        # A character device (a terminal): once its terminal is gone, ``isatty`` says no,
+        # but the descriptor still names the device.
+        self._terminal = stat.S_ISCHR(os.fstat(fd).st_mode)
 
     def write(self, data: ReadableBuffer, /) -> int:
         try:
@@ -42,8 +52,10 @@ class _ReaderMayLeave(io.FileIO):
         except BrokenPipeError:
             self._to_null()
             return memoryview(data).nbytes
-        except OSError:
+        except OSError as exc:
             self._to_null()
+            if exc.errno == errno.EIO and self._terminal:
+                return memoryview(data).nbytes
             raise
 
     def _to_null(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
 import shlex
 import sqlite3
@@ -550,6 +551,39 @@ async def test_stderr_reaches_its_reader_before_the_process_is_killed(
     )
     assert done.stderr.decode() == "a warning\n"
     assert done.stdout.decode() == ("partial" if unbuffered else "")
+
+
+def test_a_write_to_a_terminal_that_went_away_is_a_reader_that_left(tmp_path: Path) -> None:
+    """``hostkit serve &``, then the window closes: the next write to its old terminal gets
+    ``EIO`` from the kernel. That is a reader that left, like a broken pipe, not a failure
+    that ends the command (a serve whose window closed before it said it was listening
+    died of it)."""
+    script = (
+        "import sys\n"
+        "from hostkit._stdio import survive_readers_leaving\n"
+        "survive_readers_leaving()\n"
+        "sys.stdin.readline()\n"  # the test closes the terminal, then says go
+        "sys.stdout.write('listening\\n')\n"
+        "sys.stdout.flush()\n"
+        "sys.stderr.write('still here\\n')\n"
+    )
+    leader, follower = pty.openpty()
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as stderr:
+        child = subprocess.Popen(
+            [sys.executable, "-c", script],
+            stdin=subprocess.PIPE,
+            stdout=follower,
+            stderr=stderr,
+            start_new_session=True,
+        )
+    os.close(follower)
+    assert child.stdin is not None
+    os.close(leader)  # the window closes
+    child.stdin.write(b"go\n")
+    child.stdin.close()
+    assert child.wait(timeout=30) == 0, log.read_text()
+    assert log.read_text() == "still here\n"
 
 
 async def test_an_answer_the_terminal_cannot_encode_is_written_escaped(tmp_path: Path) -> None:
