@@ -20,7 +20,8 @@ import anyio
 from rich.console import Console
 from rich.markup import escape
 
-from hostkit.builtins.process import INSTALL_HINT, free_bytes_at, probe_bubblewrap
+from hostkit._free_space import free_bytes_at
+from hostkit.builtins.process import INSTALL_HINT, probe_bubblewrap
 from hostkit.cli._common import ConfigOption, find_config, run_command
 from hostkit.errors import ConfigError, StoreError
 from hostkit.host import HostConfig, open_configured_store, resolve_config

@@ -11,7 +11,6 @@ queued: these functions only run statements and build frozen values from rows
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from collections import deque
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from hostkit._free_space import free_bytes_at
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.freeze import FrozenMap, freeze, thaw
 from hostkit.store._dialect import claim_isolation, is_postgres
@@ -331,7 +331,7 @@ def _refusal(
     and the disk's reserve down to half of it: each still writes rows, and a flood of
     them must not run the disk full either."""
     # None: the database is on a server's disk, which the server keeps.
-    free_bytes = None if room.directory is None else _free_bytes(room.directory)
+    free_bytes = None if room.directory is None else free_bytes_at(room.directory)
     short_disk = free_bytes is not None and free_bytes < room.reserve_bytes
     below_half = free_bytes is not None and free_bytes < room.reserve_bytes // 2
     ceiling = room.max_queued + COMMAND_ALLOWANCE
@@ -349,12 +349,6 @@ def _refusal(
     if (others and others > room.max_queued - queued) or len(fresh) > ceiling - queued:
         return "backlog"
     return None
-
-
-def _free_bytes(directory: Path) -> int:
-    """Blocking (the writer's thread): bytes an unprivileged writer may still use there."""
-    stats = os.statvfs(directory)
-    return stats.f_bavail * stats.f_frsize
 
 
 def read_checkpoint(conn: sqlite3.Connection, source_id: str) -> str | None:

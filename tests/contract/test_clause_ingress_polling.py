@@ -198,11 +198,8 @@ async def test_run_backs_off_after_a_failure_then_accepts(store: RuntimeStore) -
     assert [r.platform_event_key for r in await inbox.records()] == ["1"]
 
 
-async def test_run_backs_off_while_the_inbox_is_full_and_keeps_the_cursor(
-    store: RuntimeStore,
-) -> None:
-    """Back-pressure: a full inbox refuses the batch (``InboxFull``); the poller keeps its
-    cursor and polls again after its backoff, and stores the update once there is room."""
+async def _full_inbox(store: RuntimeStore) -> ChannelInbox:
+    """An inbox that takes one queued inbound, holding one from another channel."""
     inbox = ChannelInbox.on_store(store, limits=InboxLimits(1))
     await inbox.accept(
         InboundEnvelope(
@@ -215,6 +212,15 @@ async def test_run_backs_off_while_the_inbox_is_full_and_keeps_the_cursor(
             payload="queued",
         )
     )
+    return inbox
+
+
+async def test_run_backs_off_while_the_inbox_is_full_and_keeps_the_cursor(
+    store: RuntimeStore,
+) -> None:
+    """Back-pressure: a full inbox refuses the batch (``InboxFull``); the poller keeps its
+    cursor and polls again after its backoff, and stores the update once there is room."""
+    inbox = await _full_inbox(store)
     woken = anyio.Event()
     async with FakeTelegram.running(token=TOKEN) as telegram:
         telegram.push_update(telegram_message(10, 7, "while full"))
@@ -243,18 +249,7 @@ async def test_an_approval_answer_in_a_refused_batch_is_stored_alone_and_the_cur
     """A press must reach a full inbox even when a message shares its getUpdates batch:
     the answer is stored alone, the message is not, and the cursor stays where it was
     (the whole batch comes again; dedup answers the answer then)."""
-    inbox = ChannelInbox.on_store(store, limits=InboxLimits(1))
-    await inbox.accept(
-        InboundEnvelope(
-            channel_instance_id="hooks",
-            platform_event_key="e1",
-            conversation_key="c",
-            principal_key="p",
-            authenticated_by="hmac",
-            received_at=1e9,
-            payload="queued",
-        )
-    )
+    inbox = await _full_inbox(store)
     async with FakeTelegram.running(token=TOKEN) as telegram:
         telegram.push_update(telegram_message(10, 7, "while full", message_id=1))
         telegram.push_update(telegram_message(10, 7, "approve K7QX2M", message_id=2))

@@ -43,7 +43,7 @@ from hostkit.builtins.process._process import (
     opaque_artifact_dir,
     run_process,
 )
-from hostkit.builtins.process._process_streams import free_bytes_at, load_artifact_key
+from hostkit.builtins.process._process_streams import load_artifact_key
 from hostkit.builtins.process._sandbox import (
     INSTALL_HINT,
     UNSANDBOXED,
@@ -83,7 +83,6 @@ __all__ = [
     "SandboxUnavailable",
     "StreamCapture",
     "TerminalRuns",
-    "free_bytes_at",
     "load_artifact_key",
     "mask_plan",
     "opaque_artifact_dir",

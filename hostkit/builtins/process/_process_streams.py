@@ -37,6 +37,7 @@ import anyio
 from anyio.abc import ByteReceiveStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from hostkit._free_space import free_bytes_at
 from hostkit.errors import ConfigError, bounded
 
 __all__ = ["ARTIFACT_KEY_FILE", "StreamCapture", "load_artifact_key"]
@@ -305,19 +306,6 @@ class _Sink:
 
 def _mib(size: int) -> str:
     return f"{size / (1024 * 1024):g} MiB"
-
-
-def free_bytes_at(where: int | Path) -> int:
-    """Blocking: the bytes an unprivileged writer may still use on the file system of
-    ``where`` (an open descriptor, or a path: its nearest existing ancestor's)."""
-    if isinstance(where, int):
-        stats = os.fstatvfs(where)
-    else:
-        path = where
-        while not path.exists() and path.parent != path:
-            path = path.parent
-        stats = os.statvfs(path)
-    return stats.f_bavail * stats.f_frsize
 
 
 ARTIFACT_KEY_FILE = ".key"

@@ -66,6 +66,7 @@ import anyio
 from anyio.abc import AsyncResource
 from pydantic import Field
 
+from hostkit._free_space import free_bytes_at
 from hostkit.builtins.files import WorkspaceScope
 from hostkit.builtins.process._process import (
     DEFAULT_CONFIRM_S,
@@ -78,7 +79,6 @@ from hostkit.builtins.process._process import (
     opaque_artifact_dir,
     run_process,
 )
-from hostkit.builtins.process._process_streams import free_bytes_at
 from hostkit.builtins.process._sandbox import (
     MB,
     SandboxPolicy,
