@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 import tracemalloc
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -34,6 +35,23 @@ def facts(
     return ConversationFacts(
         channel=channel, conversation_key=conversation, principal_key=principal
     )
+
+
+class SteppedMonotonic:
+    """A module's ``time`` (monkeypatched in), its monotonic clock moved by the test only
+    (a cooldown is then neither shortened nor overrun by a loaded machine's scheduling)."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
 
 
 async def claim_all(inbox: ChannelInbox) -> list[ClaimedInbound]:

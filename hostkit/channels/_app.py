@@ -223,6 +223,16 @@ class _Ingress:
             return JSONResponse({"status": "failing", "store": "replaced"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
+    async def _refusing(self) -> str | None:
+        """Why the inbox refuses new events (cached by the inbox: no store read per probe
+        while it takes them); a look that fails is a store failure, as an accept's."""
+        try:
+            with anyio.fail_after(self.accept_timeout_s):
+                return await self.inbox.refusing()
+        except (HostkitError, TimeoutError) as exc:
+            self.store.failed(exc)
+            return None
+
     async def readyz(self, request: Request) -> Response:
         ready = True
         details: Mapping[str, Any] = {}
@@ -232,8 +242,13 @@ class _Ingress:
             except Exception as exc:
                 _log.warning("readiness check failed: %s", type(exc).__name__)
                 return JSONResponse({"status": "not ready"}, status_code=503)
+        refusing = None if self.store.failing else await self._refusing()
         if (store := self.store.state) is not None:
             ready, details = False, {**details, "store": store}
+        elif refusing is not None:
+            # Every new event would be a 503 here until the workers make room: a load
+            # balancer should send them elsewhere (liveness stays: a restart cannot help).
+            ready, details = False, {**details, "admission": refusing}
         if self.readiness is None and ready:
             return JSONResponse({"status": "ready"})
         return JSONResponse(
@@ -272,7 +287,8 @@ def ingress_app(
     after each newly accepted envelope (wake the inbox worker); ``readiness``
     answers ``/readyz``, which is also 503 while ``store_health`` says the store
     fails (each accept reports to it; without one, for ``STORE_FAILURE_COOLDOWN_S``
-    after an accept could not store its event), and ``/healthz`` is 503 once the
+    after an accept could not store its event) and while the inbox refuses new
+    events (``ChannelInbox.refusing``: full), and ``/healthz`` is 503 once the
     database file was replaced (only a restart ends that). ``accept_timeout_s``
     bounds the store write (then 503), ``body_timeout_s`` the body upload (then
     408), ``body_budget_bytes`` the bodies held at once across channels (then

@@ -51,7 +51,7 @@ from hostkit.cli._interrupt import interrupted_turn
 from hostkit.cli._mcp import mcp
 from hostkit.cli._memory import memory
 from hostkit.cli._model import model
-from hostkit.cli._render import command_line, sessions_table
+from hostkit.cli._render import command_line, sessions_note, sessions_table
 from hostkit.cli._serve import serve
 from hostkit.cli._turn import attach_files, stream_turn
 from hostkit.errors import HostkitError, InvalidValue, TurnRejected, bounded
@@ -344,6 +344,8 @@ def sessions(
                 return
             out = Console()
             out.print(sessions_table(rows.sessions, width=out.width))
+            if (note := sessions_note(rows.sessions)) is not None:
+                console.print(note, highlight=False)
             if rows.truncated:
                 console.print(f"(the {limit} most recent; --limit shows more)", highlight=False)
 

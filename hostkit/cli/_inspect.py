@@ -23,6 +23,7 @@ from hostkit.inspect import (
     cost_text,
     printable,
 )
+from hostkit.store import INTERRUPTED
 
 __all__ = [
     "BAR_WIDTH",
@@ -100,7 +101,8 @@ def no_decisions_line(turn_status: str | None) -> str:
 
     A decision is held in memory until its step's usage is observed or its
     turn ends: a running turn's are not written yet, and a lost turn's were
-    held by the process that died (a crash loses them).
+    held by the process that died (a crash loses them), as an interrupted one's (its
+    holder gone, not yet recovered) were.
     """
     if turn_status == "running":
         return (
@@ -111,6 +113,12 @@ def no_decisions_line(turn_status: str | None) -> str:
         return (
             "no context decisions recorded: this lost turn's were held in memory by the "
             "process that died, and a crash loses them"
+        )
+    if turn_status == INTERRUPTED:
+        return (
+            "no context decisions recorded: this interrupted turn's holder is gone (its "
+            "process died or stopped renewing its lease) with the ones it held in memory; "
+            "it is recovered when a Host next opens"
         )
     return "no context decisions recorded"
 

@@ -17,7 +17,7 @@ from rich.text import Text
 from hostkit.cli._clock import TIME_CHARS, shown_time
 from hostkit.effects import PendingApproval
 from hostkit.inspect import HIDDEN_NOTE, one_line, one_line_hides, printable, printable_text
-from hostkit.store import SessionActivity, approval_facts
+from hostkit.store import INTERRUPTED, SessionActivity, approval_facts
 from hostkit.types import PARTIAL_KEY, EffectSummary, TurnResult
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "print_pending",
     "print_result",
     "resume_hints",
+    "sessions_note",
     "sessions_table",
     "short_time",
 ]
@@ -291,6 +292,20 @@ def sessions_table(sessions: Sequence[SessionActivity], *, width: int) -> Table:
         for row in sessions
     ]
     return fit_table(columns, rows, width)
+
+
+def sessions_note(sessions: Sequence[SessionActivity]) -> str | None:
+    """What an ``interrupted`` outcome means, for a listing that shows one (else None).
+
+    A view writes nothing, so it leaves the turn's end to recovery: it only says the
+    turn no longer runs, and where its end will be recorded.
+    """
+    if not any(row.last_outcome == INTERRUPTED for row in sessions):
+        return None
+    return (
+        f"{INTERRUPTED}: still recorded running, but its holder is gone (its process died "
+        "or stopped renewing its lease); it is recovered when a Host next opens"
+    )
 
 
 def approvals_table(approvals: Sequence[PendingApproval], *, width: int) -> Table:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from hostkit.turns import Observer, TurnEvent, listening
+from hostkit.turns import Observer, TurnEvent, listening, notify_observer
 
 __all__ = ["EventBus"]
 
@@ -42,8 +41,7 @@ class EventBus:
                     continue
         for observer in self._forward:
             # One observer that raises must not keep the event from the next.
-            with contextlib.suppress(Exception):
-                observer.notify(event)
+            notify_observer(observer, event)
 
     @asynccontextmanager
     async def subscribe(

@@ -366,12 +366,14 @@ class Host(AsyncResource):
         ``observer`` hears every turn event of this Host, whatever generation runs
         the turn (beside ``[host.telemetry]``'s tracing and ``host.events``): an
         application's own ``TracingObserver(tracer_provider)``, with the sources
-        the configuration implies.
+        the configuration implies. What it raises never reaches a turn; its first
+        failure is logged once (``hostkit.turns.Observer``).
 
         ``reads_only`` opens for an operator's view, which must work while another
         process holds the write lock or the disk is full: the opening ends no dead
-        Host's turns or runs (the next Host that writes does), and no write of this
-        Host waits for another process's lock (it fails at once instead).
+        Host's turns or runs (the next Host that writes does; meanwhile ``store.inspect``
+        shows such a turn ``interrupted``, never running), and no write of this Host
+        waits for another process's lock (it fails at once instead).
         """
         _check_open(capabilities, approver, agents, observer)
         return Opening(

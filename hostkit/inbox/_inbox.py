@@ -21,7 +21,8 @@ import anyio
 from hostkit._cancellation import uninterrupted
 from hostkit._dead_claims import expire_dead_claims
 from hostkit.authority import RESERVED_CHANNELS
-from hostkit.errors import InvalidValue, ScopeError, StaleClaim, bounded
+from hostkit.errors import InboxFull, InvalidValue, ScopeError, StaleClaim, bounded
+from hostkit.inbox._admission import Admission
 from hostkit.inbox._policy import RetentionPolicy, RetryPolicy
 from hostkit.store import (
     MAX_CLAIM_BATCH,
@@ -112,6 +113,8 @@ class ChannelInbox:
         self._owner = owner
         self._verify_scope = verify_scope
         self.limits = limits
+        # Whether accepts are refused now (``refusing``): readiness reads it.
+        self._admission = Admission()
         # Claims this inbox handed out and that have not ended: released on shutdown.
         self._held: dict[str, str] = {}
 
@@ -166,7 +169,31 @@ class ChannelInbox:
         batch = _checked_batch(envelopes)
         if checkpoint is not None and not isinstance(checkpoint, SourceCheckpoint):
             raise InvalidValue("checkpoint must be a SourceCheckpoint")
-        return await self._store.accept(batch, checkpoint, now=self._clock(), limits=self.limits)
+        limits = self.limits
+        try:
+            receipts = await self._store.accept(batch, checkpoint, now=self._clock(), limits=limits)
+        except InboxFull as exc:
+            if limits is not None:
+                self._admission.refused(exc.reason, limits)
+            raise
+        self._admission.stored(batch, receipts)
+        return receipts
+
+    async def refusing(self) -> str | None:
+        """Why a new inbound would be refused now (``inbox full: 10000 queued (max 10000)``,
+        ``disk reserve: ...``), or None: for readiness, which probes often.
+
+        No store call while accepts are stored: only an ``InboxFull`` starts a
+        refusal. While one lasts, the store is asked (``InboxStore.room``: the
+        backlog counted up to the limit, the disk) at most once a second, so
+        None comes back once the workers made room, with no accept tried; an
+        inbound stored (not a command) ends it too. ``StoreError`` when that
+        look fails (the last answer stays).
+        """
+        limits = self.limits
+        if limits is None:
+            return None
+        return await self._admission.check(lambda: self._store.room(limits))
 
     async def checkpoint(self, source_id: str) -> str | None:
         """The cursor a polling transport resumes from (None: from the start)."""

@@ -27,6 +27,7 @@ from hostkit.store import (
     INBOX_FULL_RETRY_AFTER_S,
     MAX_CLAIM_OWNERS,
     InboxLimits,
+    InboxRoom,
     InboxStore,
     inbox_checks,
 )
@@ -164,6 +165,12 @@ class MemoryInboxStore(InboxStore):
         if cursor is not None:
             self._checkpoints[cursor.source_id] = cursor.cursor
         return tuple(receipts)
+
+    async def room(self, limits: InboxLimits) -> InboxRoom:
+        await anyio.lowlevel.checkpoint()
+        limits = inbox_checks.check_room_limits(limits)
+        # No disk of its own: only the backlog counts, as at accept.
+        return InboxRoom(limits, min(self._queued(), limits.max_queued))
 
     async def checkpoint(self, source_id: str) -> str | None:
         await anyio.lowlevel.checkpoint()

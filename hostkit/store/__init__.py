@@ -63,6 +63,7 @@ from hostkit.store._inbox import (
     MAX_CLAIM_BATCH,
     MAX_INBOX_LIST,
     InboxLimits,
+    InboxRoom,
     InboxStore,
 )
 from hostkit.store._inbox_sql import SqlInboxStore
@@ -124,6 +125,7 @@ from hostkit.store._turn_rows import (
     epoch_of,
 )
 from hostkit.store._turn_values import (
+    INTERRUPTED,
     MAX_EXTENDED_INSTRUCTIONS_CHARS,
     MAX_LEASE_TTL_S,
     Admitted,
@@ -153,6 +155,7 @@ __all__ = [
     "FAILED_NOTICE",
     "INBOX_FULL_RETRY_AFTER_S",
     "INDETERMINATE_NOTICE",
+    "INTERRUPTED",
     "LOST_NOTICE",
     "MAX_BOOTSTRAP_CHARS",
     "MAX_CLAIM_BATCH",
@@ -208,6 +211,7 @@ __all__ = [
     "DeliveryStore",
     "HistoryRow",
     "InboxLimits",
+    "InboxRoom",
     "InboxStore",
     "InspectQueries",
     "LeaseOwner",

@@ -18,6 +18,8 @@ on several hosts sharing PostgreSQL:
   allowed attempt is dead-lettered (``attempts_exhausted``) instead.
 - complete / fail / release / reserve_turn / extend are fenced by the claim
   token: only the current claimant changes the row.
+- room: what a new inbound would find at accept now (the backlog counted up
+  to its limit, the disk's free space), read only, for readiness.
 - expire_claims: the claims of owners the caller proved dead are due now, as
   if their leases had run out (token kept, attempt spent), so a restarted
   Host need not wait out the lease of a killed one. Terminal rows never change
@@ -34,6 +36,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from hostkit.errors import InvalidValue
 from hostkit.store._checks import MAX_CLAIM_OWNERS
@@ -60,6 +63,7 @@ __all__ = [
     "MAX_CLAIM_BATCH",
     "MAX_INBOX_LIST",
     "InboxLimits",
+    "InboxRoom",
     "InboxStore",
 ]
 
@@ -103,6 +107,28 @@ class InboxLimits:
             )
 
 
+@dataclass(frozen=True, slots=True)
+class InboxRoom:
+    """What a new inbound (not a command) would find at ``accept`` under ``limits`` now.
+
+    ``queued``: inbounds ``ready`` or ``claimed``, counted up to ``limits.max_queued``
+    (a look costs the limit at most, however long the backlog). ``free_bytes``: free
+    on the database's disk, None where no reserve is kept (``reserve_bytes`` 0, a
+    server's disk, the in-memory inbox).
+    """
+
+    limits: InboxLimits
+    queued: int
+    free_bytes: int | None = None
+
+    @property
+    def refusal(self) -> Literal["backlog", "disk"] | None:
+        """Why ``accept`` would refuse that inbound (``InboxFull.reason``), or None: it fits."""
+        if self.free_bytes is not None and self.free_bytes < self.limits.reserve_bytes:
+            return "disk"
+        return "backlog" if self.queued >= self.limits.max_queued else None
+
+
 class InboxStore(ABC):
     """Durable inbox rows; every adapter (SQLite, in-memory, PostgreSQL) implements this.
 
@@ -137,6 +163,15 @@ class InboxStore(ABC):
         disk has less than ``reserve_bytes`` free, raises ``InboxFull`` and
         stores nothing; duplicates are answered first, so a batch of only
         duplicates is never refused.
+        """
+
+    @abstractmethod
+    async def room(self, limits: InboxLimits) -> InboxRoom:
+        """What a new inbound (not a command) would find at ``accept`` with ``limits`` now.
+
+        Read only, for readiness while the inbox refuses: the queued backlog
+        counted up to ``limits.max_queued``, and the disk's free space where
+        ``accept`` keeps ``limits.reserve_bytes`` of it.
         """
 
     async def watch(self, wake: Callable[[], None]) -> None:

@@ -52,6 +52,7 @@ __all__ = [
     "check_reason",
     "check_ref",
     "check_result",
+    "check_room_limits",
     "reconcile_limit",
 ]
 
@@ -82,6 +83,13 @@ def check_limits(limits: object) -> InboxLimits | None:
     """None or an ``InboxLimits`` (checked when it was made), or ``InvalidValue``."""
     if limits is not None and not isinstance(limits, InboxLimits):
         raise InvalidValue("limits must be an InboxLimits")
+    return limits
+
+
+def check_room_limits(limits: object) -> InboxLimits:
+    """The ``InboxLimits`` of ``room`` (required: room is measured against them)."""
+    if not isinstance(limits, InboxLimits):
+        raise InvalidValue("room takes an InboxLimits")
     return limits
 
 

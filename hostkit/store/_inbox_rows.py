@@ -22,7 +22,7 @@ from hostkit._free_space import free_bytes_at
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.freeze import FrozenMap, freeze, thaw
 from hostkit.store._dialect import claim_isolation, is_postgres
-from hostkit.store._inbox import ATTEMPTS_EXHAUSTED, COMMAND_ALLOWANCE
+from hostkit.store._inbox import ATTEMPTS_EXHAUSTED, COMMAND_ALLOWANCE, InboxLimits, InboxRoom
 from hostkit.store._inbox_checks import reconcile_limit
 from hostkit.store._sessions import insert_audit
 from hostkit.types import (
@@ -59,6 +59,7 @@ __all__ = [
     "release_row",
     "requeue_row",
     "reserve_row",
+    "room_now",
 ]
 
 _EMPTY_LIST = "[]"
@@ -335,7 +336,7 @@ def _refusal(
     short_disk = free_bytes is not None and free_bytes < room.reserve_bytes
     below_half = free_bytes is not None and free_bytes < room.reserve_bytes // 2
     ceiling = room.max_queued + COMMAND_ALLOWANCE
-    queued = int(conn.execute(_QUEUED, [ceiling]).fetchone()[0])
+    queued = queued_rows(conn, ceiling)
     if not short_disk and room.max_queued - queued >= len(batch):
         return None
     fresh = {
@@ -349,6 +350,18 @@ def _refusal(
     if (others and others > room.max_queued - queued) or len(fresh) > ceiling - queued:
         return "backlog"
     return None
+
+
+def queued_rows(conn: sqlite3.Connection, most: int) -> int:
+    """Inbounds ``ready`` or ``claimed``, counted up to ``most`` (``inbox_due`` holds only
+    queued rows: the read stops at ``most`` entries, however long the backlog)."""
+    return int(conn.execute(_QUEUED, [most]).fetchone()[0])
+
+
+def room_now(conn: sqlite3.Connection, limits: InboxLimits, directory: Path | None) -> InboxRoom:
+    """``InboxStore.room``: the backlog up to the limit and, with ``directory``, its free space."""
+    free = None if directory is None else free_bytes_at(directory)
+    return InboxRoom(limits, queued_rows(conn, limits.max_queued), free)
 
 
 def read_checkpoint(conn: sqlite3.Connection, source_id: str) -> str | None:

@@ -21,6 +21,7 @@ from hostkit.store._inbox import (
     INBOX_FULL_RETRY_AFTER_S,
     MAX_CLAIM_BATCH,
     InboxLimits,
+    InboxRoom,
     InboxStore,
 )
 from hostkit.types import (
@@ -84,6 +85,12 @@ class SqlInboxStore(InboxStore):
             raise InboxFull(receipts, retry_after=INBOX_FULL_RETRY_AFTER_S)
         self._channels.update(unseen)
         return receipts
+
+    async def room(self, limits: InboxLimits) -> InboxRoom:
+        limits = checks.check_room_limits(limits)
+        # As accept: no reserve is kept on a server's disk (PostgreSQL).
+        directory = self._db.local_directory if limits.reserve_bytes else None
+        return await self._db.read(lambda raw: rows.room_now(raw, limits, directory))
 
     async def watch(self, wake: Callable[[], None]) -> None:
         await self._db.watch_inbox(wake)

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import sqlite3
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError
 from hostkit.store._context_rows import decode_decision, read_calibration, rows
 from hostkit.store._context_values import Calibration
+from hostkit.store._lease_rows import shown_status
 from hostkit.store._owned import OwnedKind, owner_predicate
 from hostkit.store._sessions import read_effect_audit
 from hostkit.types import AuditRecord, ContextDecision, PrincipalScope, SessionRecord
@@ -44,7 +46,11 @@ MAX_INSPECT_ROWS = 500
 
 @dataclass(frozen=True, slots=True)
 class TurnHeader:
-    """A turn as the inspectors show it."""
+    """A turn as the inspectors show it.
+
+    ``status`` is the recorded one, except ``INTERRUPTED`` for a turn still recorded
+    ``running`` whose holder is gone (``shown_status``): nobody runs it any more.
+    """
 
     session_id: str
     turn_id: str
@@ -143,8 +149,8 @@ class SessionActivity:
     """A session with what a person scanning a list wants: who ran in it, how much, how it went.
 
     ``agent`` and ``last_outcome`` are those of its newest turn (None before
-    the first); ``last_activity`` is when that turn ended (or started, while
-    it runs), else when the session was created.
+    the first; ``INTERRUPTED`` as in ``TurnHeader``); ``last_activity`` is when
+    that turn ended (or started, while it runs), else when the session was created.
     """
 
     session: SessionRecord
@@ -157,7 +163,9 @@ class SessionActivity:
 class InspectQueries(ABC):
     """Owner-checked reads of what the Host recorded; every adapter implements it.
 
-    Each method is one read transaction. ``ScopeError`` for a scope this store
+    Each method is one read transaction, and writes nothing: a running turn
+    whose holder is gone shows ``INTERRUPTED`` (``TurnHeader``) until
+    recovery ends it. ``ScopeError`` for a scope this store
     did not issue, ``NotFoundOrUnauthorized`` for a missing or foreign id,
     ``InvalidValue`` for a bound outside 1..``MAX_INSPECT_ROWS``, ``StoreError``
     when a recorded decision does not decode.
@@ -227,6 +235,8 @@ class SqlInspectQueries(InspectQueries):
 
     def __init__(self, db: RowStore) -> None:
         self._db = db
+        # The store's clock, which every lease is in (``RuntimeStore.now``).
+        self._clock: Callable[[], float] = db.now
 
     async def turn_decisions(
         self,
@@ -240,9 +250,12 @@ class SqlInspectQueries(InspectQueries):
             raise InvalidValue("give a session_id or a turn_id")
         _bounded("limit", limit)
         where, params = owner_predicate(self._db.verify_scope(scope))
+        clock = self._clock
 
         def read(conn: sqlite3.Connection) -> TurnDecisions | None:
-            turn = _turn(conn, where, params, session_id=session_id, turn_id=turn_id)
+            turn = _turn(
+                conn, where, params, session_id=session_id, turn_id=turn_id, now_epoch=clock()
+            )
             if turn is None:
                 if turn_id is None and _session_owned(conn, where, params, session_id or ""):
                     return TurnDecisions(session_id or "", None, (), False)
@@ -272,7 +285,7 @@ class SqlInspectQueries(InspectQueries):
             # An owned turn asked for under another (owned or not) session id.
             if turn_id is None or session_id is None:
                 return None
-            found = _turn(conn, where, params, session_id=None, turn_id=turn_id)
+            found = _turn(conn, where, params, session_id=None, turn_id=turn_id, now_epoch=clock())
             return "other_session" if found is not None else None
 
         kind: OwnedKind = "turn" if turn_id is not None else "session"
@@ -284,13 +297,14 @@ class SqlInspectQueries(InspectQueries):
     ) -> tuple[SessionActivity, ...]:
         _bounded("limit", limit)
         where, params = owner_predicate(self._db.verify_scope(scope))
+        clock = self._clock
 
         def read(conn: sqlite3.Connection) -> tuple[SessionActivity, ...]:
             found = rows(
                 conn,
                 "SELECT s.session_id, s.created_at, s.status, s.title, o.owner_kind, "
                 "o.parent_session_id, o.parent_turn_id, lt.core_id AS agent, "
-                "lt.status AS last_outcome, "
+                "lt.turn_id AS last_turn_id, lt.status AS last_outcome, "
                 "COALESCE(lt.ended_at, lt.started_at, s.created_at) AS last_activity, "
                 "(SELECT COUNT(*) FROM turns c WHERE c.session_id = s.session_id) AS turns "
                 "FROM sessions s JOIN session_owners o ON o.session_id = s.session_id "
@@ -299,7 +313,8 @@ class SqlInspectQueries(InspectQueries):
                 f"WHERE {where} ORDER BY last_activity DESC, s.id DESC LIMIT ?",
                 [*params, limit],
             )
-            return tuple(_activity(row) for row in found)
+            now_epoch = clock()
+            return tuple(_activity(conn, row, now_epoch) for row in found)
 
         return await self._db.read(read)
 
@@ -309,10 +324,12 @@ class SqlInspectQueries(InspectQueries):
         turn_limit = _bounded("turns", turns)
         step_limit = _bounded("steps", steps)
         where, params = owner_predicate(self._db.verify_scope(scope))
+        clock = self._clock
 
         def read(conn: sqlite3.Connection) -> SessionUsage | None:
             if not _session_owned(conn, where, params, session_id):
                 return None
+            now_epoch = clock()
             recent = rows(
                 conn,
                 f"SELECT {_TURN_COLUMNS} FROM turns t "
@@ -321,7 +338,7 @@ class SqlInspectQueries(InspectQueries):
                 [session_id, *params, turn_limit + 1],
             )
             shown = [
-                _turn_usage(conn, _header(row), where, params, step_limit)
+                _turn_usage(conn, _header(conn, row, now_epoch), where, params, step_limit)
                 for row in reversed(recent[:turn_limit])
             ]
             sums = rows(
@@ -384,11 +401,11 @@ _USAGE_SUMS = (
 )
 
 
-def _header(row: sqlite3.Row) -> TurnHeader:
+def _header(conn: sqlite3.Connection, row: sqlite3.Row, now_epoch: float) -> TurnHeader:
     return TurnHeader(
         session_id=row["session_id"],
         turn_id=row["turn_id"],
-        status=row["status"],
+        status=shown_status(conn, row["turn_id"], row["status"], now_epoch),
         core_id=row["core_id"],
         started_at=row["started_at"],
     )
@@ -401,6 +418,7 @@ def _turn(
     *,
     session_id: str | None,
     turn_id: str | None,
+    now_epoch: float,
 ) -> TurnHeader | None:
     clauses: list[str] = []
     args: list[Any] = []
@@ -417,10 +435,10 @@ def _turn(
         f"WHERE {' AND '.join(clauses)} AND {where} ORDER BY t.id DESC LIMIT 1",
         [*args, *params],
     )
-    return _header(found[0]) if found else None
+    return _header(conn, found[0], now_epoch) if found else None
 
 
-def _activity(row: sqlite3.Row) -> SessionActivity:
+def _activity(conn: sqlite3.Connection, row: sqlite3.Row, now_epoch: float) -> SessionActivity:
     session = SessionRecord(
         session_id=row["session_id"],
         created_at=row["created_at"],
@@ -435,7 +453,9 @@ def _activity(row: sqlite3.Row) -> SessionActivity:
         agent=row["agent"],
         turns=int(row["turns"]),
         last_activity=row["last_activity"],
-        last_outcome=row["last_outcome"],
+        last_outcome=None
+        if row["last_outcome"] is None
+        else shown_status(conn, row["last_turn_id"], row["last_outcome"], now_epoch),
     )
 
 

@@ -41,6 +41,7 @@ from hostkit.store._turn_rows import (
     same_request,
 )
 from hostkit.store._turn_values import (
+    INTERRUPTED,
     Admitted,
     ConversationTarget,
     RecoveredTurn,
@@ -61,6 +62,7 @@ __all__ = [
     "renew",
     "repeat_of",
     "session_lease",
+    "shown_status",
 ]
 
 _LEASE_COLUMNS = "session_id, token, owner, turn_id, expires_at, ttl_s, heartbeat_at"
@@ -384,6 +386,19 @@ def held_until(conn: sqlite3.Connection, turn_id: str, now_epoch: float) -> floa
     if holder is None or holder["expires_at"] is None or holder["expires_at"] <= now_epoch:
         return None
     return None if owner_is_dead(holder["owner"]) else float(holder["expires_at"])
+
+
+def shown_status(conn: sqlite3.Connection, turn_id: str, status: str, now_epoch: float) -> str:
+    """``status`` as a read shows it: ``INTERRUPTED`` for a running turn whose holder no
+    longer plainly holds (its lease expired by the store's clock, or its owner provably dead).
+
+    A read writes nothing (an operator's view works while another process holds the write
+    lock), so it cannot end the turn or notice its lapse as the lease rule does; it only
+    never claims that a turn nobody renews is running. Recovery ends it later.
+    """
+    if status != "running" or held_until(conn, turn_id, now_epoch) is not None:
+        return status
+    return INTERRUPTED
 
 
 def _lease_ruled(

@@ -28,6 +28,7 @@ from hostkit.types import (
 )
 
 __all__ = [
+    "INTERRUPTED",
     "MAX_EXTENDED_INSTRUCTIONS_CHARS",
     "MAX_LEASE_TTL_S",
     "MAX_TURN_ID_CHARS",
@@ -50,6 +51,11 @@ TurnStatus = Literal[
     "running", "completed", "needs_user", "failed", "cancelled", "lost", "indeterminate"
 ]
 TERMINAL: frozenset[str] = frozenset(get_args(TurnOutcome))
+# What a read shows for a turn still recorded "running" whose holder is gone by the
+# store's clock (its lease expired, or its owner provably dead): no status of its own, since
+# ending it is a write a view never makes; recovery ends it when a Host next opens or its
+# session next admits a turn (``lost``, ``cancelled``, ``needs_user`` or ``indeterminate``).
+INTERRUPTED = "interrupted"
 
 # Identifiers are short tokens (request ids, turn ids, channel names); anything longer is
 # a bug or an attack, and is refused before it reaches SQL. Identity keys (conversation

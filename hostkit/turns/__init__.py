@@ -2,7 +2,7 @@
 
 from hostkit.turns._active import capability_snapshot
 from hostkit.turns._core import CoreResolver, OutputCheck, PinnedCore
-from hostkit.turns._events import NullObserver, Observer, TurnEvent, listening
+from hostkit.turns._events import NullObserver, Observer, TurnEvent, listening, notify_observer
 from hostkit.turns._execution import TurnExecution
 
 __all__ = [
@@ -15,4 +15,5 @@ __all__ = [
     "TurnExecution",
     "capability_snapshot",
     "listening",
+    "notify_observer",
 ]

@@ -46,7 +46,7 @@ from hostkit.turns._active import ActiveTurn, KnownResult, add_usage, bind_conte
 from hostkit.turns._attachments import check_attachments, input_message, loaded_input
 from hostkit.turns._calls import accepted, effect_of, tool_name, with_kept
 from hostkit.turns._core import CoreResolver, PinnedCore
-from hostkit.turns._events import NullObserver, Observer, TurnEvent, listening
+from hostkit.turns._events import NullObserver, Observer, TurnEvent, listening, notify_observer
 from hostkit.turns._holder import ON_REQUEST, LeaseHolder
 from hostkit.turns._tokens import TurnTokens, new_nonces, token_digest
 from hostkit.types import (
@@ -1359,8 +1359,7 @@ class TurnExecution:
             return
         data = {"holder_turn_id": busy.holder_turn_id}
         event = TurnEvent("turn.waiting", request.request_id, turn_id, busy.session_id, data)
-        with contextlib.suppress(Exception):
-            observer.notify(event)
+        notify_observer(observer, event)
 
     def _emit(self, context: TurnExecutionContext, kind: str, data: dict[str, Any]) -> None:
         observer = self._observer if listening(self._observer) else None
@@ -1371,11 +1370,9 @@ class TurnExecution:
             return  # nobody would see it: a dozen events per turn not built (and frozen)
         event = TurnEvent(kind, context.request_id, context.turn_id, context.session_id, data)
         if observer is not None:
-            with contextlib.suppress(Exception):
-                observer.notify(event)
+            notify_observer(observer, event)
         if pinned is not None:
-            with contextlib.suppress(Exception):
-                pinned.notify(event)
+            notify_observer(pinned, event)
 
 
 def _turn_id(value: object) -> str:

@@ -17,9 +17,12 @@ import pytest
 
 from hostkit.errors import InboxFull, InvalidValue, RuntimeFailure
 from hostkit.host import parse_config
-from hostkit.store import COMMAND_ALLOWANCE, InboxLimits
+from hostkit.inbox import _admission as admission_module
+from hostkit.inbox._admission import RECHECK_S
+from hostkit.store import COMMAND_ALLOWANCE, InboxLimits, InboxRoom
 from hostkit.types import InboundResult, SourceCheckpoint
 from tests.contract._inbox_adapters import ADAPTERS, envelope, open_inbox
+from tests.support import SteppedMonotonic
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("adapter", ADAPTERS)]
 
@@ -180,3 +183,68 @@ async def test_backpressure_limits_are_checked_when_made(
 ) -> None:
     with pytest.raises(InvalidValue):
         limits()  # type: ignore[operator]
+
+
+async def test_refusing_says_why_a_full_inbox_refuses_until_room_is_made(
+    adapter: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Readiness asks ``refusing`` at every probe: nothing is read while inbounds are
+    stored, the backlog is looked at (up to its limit) at most every ``RECHECK_S`` while
+    they are refused, and room made by the workers or a stored inbound ends it."""
+    clock = SteppedMonotonic()
+    monkeypatch.setattr(admission_module, "time", clock)
+    async with open_inbox(adapter, tmp_path, limits=InboxLimits(2)) as sut:
+        looks: list[InboxLimits] = []
+        room = sut.store.room
+
+        async def counted(limits: InboxLimits) -> InboxRoom:
+            looks.append(limits)
+            return await room(limits)
+
+        monkeypatch.setattr(sut.store, "room", counted)
+        for key in ("a", "b"):
+            await sut.inbox.accept(envelope(key))
+        assert await sut.inbox.refusing() is None
+        with pytest.raises(InboxFull):
+            await sut.inbox.accept(envelope("c"))
+        assert await sut.inbox.refusing() == "inbox full: 2 queued (max 2)"
+        # An answer passes within its allowance: the inbox still refuses messages.
+        await sut.inbox.accept(envelope("cmd", kind="command", payload="approve K7QX2M"))
+        assert await sut.inbox.refusing() == "inbox full: 2 queued (max 2)"
+        assert len(looks) == 1
+        for claimed in [await sut.inbox.claim() for _ in range(2)]:
+            assert claimed is not None
+            await sut.inbox.complete(claimed, InboundResult("ignored"))
+        assert await sut.inbox.refusing() is not None  # the last look answers for a second
+        clock.advance(RECHECK_S)
+        assert await sut.inbox.refusing() is None  # one command left queued: room for one
+        assert len(looks) == 2
+        await sut.inbox.accept(envelope("c"))
+        with pytest.raises(InboxFull):
+            await sut.inbox.accept(envelope("d"))
+        # A message stored shows room at once, with no look.
+        claimed = await sut.inbox.claim()
+        assert claimed is not None
+        await sut.inbox.complete(claimed, InboundResult("ignored"))
+        await sut.inbox.accept(envelope("d"))
+        assert await sut.inbox.refusing() is None
+        assert len(looks) == 2
+        assert (await room(InboxLimits(2))).refusal == "backlog"
+
+
+async def test_refusing_names_the_disk_reserve_of_a_local_database(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_inbox(adapter, tmp_path) as sut:
+        reserved = sut.another(owner="worker.b", limits=InboxLimits(100, 1 << 40))
+        if adapter != "sqlite":
+            # PostgreSQL's disk is the server's, and the in-memory inbox has none.
+            assert (await sut.store.room(InboxLimits(100, 1 << 40))).free_bytes is None
+            return
+        with pytest.raises(InboxFull):
+            await reserved.accept(envelope("a"))
+        why = await reserved.refusing()
+        assert why is not None
+        assert why.startswith("disk reserve: ")
+        assert why.endswith(" MiB free (keeps 1048576 MiB)")
+        assert await sut.inbox.refusing() is None  # another inbox, without that reserve

@@ -112,6 +112,8 @@ def store_calls(store: InboxStore, claimed: ClaimedInbound, now: float) -> list[
         lambda: store.accept([], None, now=now),
         lambda: store.accept([envelope("x")], None, now=math.nan),
         lambda: store.accept([envelope("x")], None, now=-5.0),
+        lambda: store.room(None),  # type: ignore[arg-type]
+        lambda: store.room(10),  # type: ignore[arg-type]
         lambda: store.checkpoint(""),
         lambda: store.reserve_turn(inbound, "", now=now),
         lambda: store.reserve_turn(inbound, token, now=math.inf),

@@ -8,7 +8,6 @@ arrives as a normalised command.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
@@ -19,9 +18,10 @@ from hostkit.channels import _app as ingress_app_module
 from hostkit.channels import classify, sign_webhook
 from hostkit.errors import DatabaseReplaced, StoreError
 from hostkit.inbox import ChannelInbox, InboxWorker
-from hostkit.store import RuntimeStore
+from hostkit.inbox import _admission as admission_module
+from hostkit.store import InboxLimits, InboxRoom, RuntimeStore
 from tests.ingress import NOW, SECRETS, channels, serve_ingress, to_json
-from tests.support import claim_all
+from tests.support import SteppedMonotonic, claim_all
 
 pytestmark = pytest.mark.anyio
 
@@ -184,23 +184,6 @@ async def test_an_authenticated_event_whose_text_cannot_be_kept_is_a_dead_letter
     assert record.kind == "unprocessable"
 
 
-class SteppedMonotonic:
-    """The ingress module's ``time``, its monotonic clock moved by the test only (the
-    cooldown is then neither shortened nor overrun by a loaded machine's scheduling)."""
-
-    def __init__(self) -> None:
-        self.now = time.monotonic()
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-
 async def test_readiness_is_503_for_a_while_after_the_inbox_could_not_store_an_event(
     store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -237,6 +220,49 @@ async def test_readiness_is_503_for_a_while_after_the_inbox_could_not_store_an_e
         monkeypatch.setattr(inbox, "accept", accept)
         assert (await _post(client, _event("evt-3"))).status_code == 200
         assert (await client.get("/readyz")).status_code == 200
+
+
+async def test_readiness_is_503_while_the_inbox_is_full_and_200_once_it_drained(
+    store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full inbox answers every new event 503: readiness says so (a load balancer sends
+    them elsewhere) and why, while liveness stays (a restart would not make room). It reads
+    nothing while events are stored, looks at the backlog at most once a second while it
+    refuses, and is ready again once the workers drained it, with no event tried."""
+    inbox = ChannelInbox.on_store(store, limits=InboxLimits(1))
+    looks: list[InboxLimits] = []
+    room = store.inbox.room
+
+    async def counted(limits: InboxLimits) -> InboxRoom:
+        looks.append(limits)
+        return await room(limits)
+
+    monkeypatch.setattr(store.inbox, "room", counted)
+    clock = SteppedMonotonic()
+    monkeypatch.setattr(admission_module, "time", clock)
+    async with serve_ingress(inbox) as url, httpx.AsyncClient(base_url=url) as client:
+        assert (await _post(client, _event("evt-1"))).status_code == 200
+        assert (await client.get("/readyz")).status_code == 200
+        assert looks == []
+        refused = await _post(client, _event("evt-2"))
+        assert (refused.status_code, refused.headers["retry-after"]) == (503, "5")
+        for _ in range(3):
+            not_ready = await client.get("/readyz")
+            assert not_ready.status_code == 503
+            assert not_ready.json() == {
+                "status": "not ready",
+                "checks": {"admission": "inbox full: 1 queued (max 1)"},
+            }
+        assert len(looks) == 1
+        health = await client.get("/healthz")
+        assert (health.status_code, health.json()) == (200, {"status": "ok"})
+        await claim_all(inbox)
+        assert (await client.get("/readyz")).status_code == 503  # the last look, < 1 s old
+        clock.advance(admission_module.RECHECK_S)
+        assert (await client.get("/readyz")).json() == {"status": "ready"}
+        assert (await client.get("/readyz")).status_code == 200
+        assert len(looks) == 2
+        assert (await _post(client, _event("evt-2"))).status_code == 200
 
 
 async def test_readiness_stays_503_while_the_database_file_is_replaced(

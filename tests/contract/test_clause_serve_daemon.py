@@ -30,10 +30,13 @@ from hostkit.channels import MIN_SIGNING_SECRET, ingress_app, sign_webhook
 from hostkit.errors import ConfigError
 from hostkit.host import Host, HostDaemon, parse_config
 from hostkit.host._defaults import ConfiguredChannels
+from hostkit.inbox import _admission as admission_module
+from hostkit.inbox._admission import RECHECK_S
 from hostkit.testing import Reply, ScriptedModel, capabilities
 from hostkit.types import InboundEnvelope, ModelRequest
 from tests.contract._daemons import Changes
 from tests.platforms import WebhookReceiver
+from tests.support import SteppedMonotonic
 
 pytestmark = pytest.mark.anyio
 
@@ -163,10 +166,15 @@ async def test_a_signed_webhook_becomes_a_turn_and_health_answers(tmp_path: Path
 
 
 async def test_a_full_inbox_answers_503_with_retry_after_and_logs_once(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Back-pressure: past [serve] inbox_max_queued a new webhook is not acknowledged, so
-    the platform resends it later; a resent one already stored is still answered 200."""
+    the platform resends it later; a resent one already stored is still answered 200.
+    Readiness is 503 while the inbox refuses (a load balancer sends the next ones to
+    another Host), liveness is not (a restart cannot make room), and readiness comes back
+    once the workers drained the backlog."""
+    clock = SteppedMonotonic()
+    monkeypatch.setattr(admission_module, "time", clock)
     model = SlowModel()
     async with serving(tmp_path, model, serve={"inbox_max_queued": 1}) as (host, daemon, _):
         assert daemon.url is not None
@@ -184,9 +192,18 @@ async def test_a_full_inbox_answers_503_with_retry_after_and_logs_once(
                 assert "full" in full.json()["error"]
             again = await client.post("/channels/hooks", content=body, headers=headers)
             assert (again.status_code, again.json()["status"]) == (200, "duplicate")
-            assert (await client.get("/readyz")).status_code == 200
+            not_ready = await client.get("/readyz")
+            assert not_ready.status_code == 503
+            assert not_ready.json()["status"] == "not ready"
+            assert not_ready.json()["checks"]["admission"] == "inbox full: 1 queued (max 1)"
+            assert not_ready.json()["checks"]["inbox"] == "running"
+            assert (await client.get("/healthz")).json() == {"status": "ok"}
             model.opened.set()
             await _state(host, first.json()["inbound_id"], "completed")
+            clock.advance(RECHECK_S)
+            ready = await client.get("/readyz")
+            assert (ready.status_code, ready.json()["status"]) == (200, "ready")
+            assert "admission" not in ready.json()["checks"]
             resent = await client.post("/channels/hooks", content=body2, headers=headers2)
             assert resent.json()["status"] == "accepted"
         keys = sorted(r.platform_event_key for r in await host.inbox.records())

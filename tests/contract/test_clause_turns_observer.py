@@ -8,6 +8,7 @@ theirs."
 from __future__ import annotations
 
 import io
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from hostkit.cli._turn import stream_turn
-from hostkit.host import Host
+from hostkit.host import EventBus, Host
 from hostkit.testing import Reply, ScriptedModel, capabilities
 from hostkit.turns import TurnEvent
 from hostkit.types import ModelRequest, TurnRequest, TurnResult
@@ -151,6 +152,100 @@ async def test_an_observer_whose_listening_fails_breaks_nothing(tmp_path: Path) 
         result = await h.turns.run(request("one"))
     assert (result.outcome, result.text) == ("completed", "ok")
     assert [e.kind for e in broken.events][-1] == "turn.completed"
+
+
+class Raising(Recorder):
+    """An embedder's observer with a bug: every ``notify`` raises (after recording)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+
+    def notify(self, event: TurnEvent) -> None:
+        super().notify(event)
+        raise KeyError(self.message)
+
+
+async def test_an_observer_that_raises_is_logged_once_per_observer_and_the_turn_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An observer never raises into the turn, yet its failure is not silent: its first
+    one is a warning on ``hostkit.turns`` (type, bounded message), once per observer
+    object however many events and turns fail, so a broken notebook callback is seen and
+    does not flood the log. The generation's observer and the Host's (``Host.open``'s,
+    through its event bus) are both covered."""
+    model = ScriptedModel([Reply("ok")], repeat_last=True)
+    pinned = Raising("typo in the generation's observer")
+    forwarded = Raising("x" * 5000)
+    caps = capabilities(model, observer=pinned)
+    with caplog.at_level(logging.WARNING, logger="hostkit.turns"):
+        async with Host.open(config(tmp_path), capabilities=caps, observer=forwarded) as host:
+            results = [await host.turns.run(request(text)) for text in ("one", "two")]
+    assert [(r.outcome, r.text) for r in results] == [("completed", "ok")] * 2
+    assert len(pinned.events) == len(forwarded.events) > 4
+    assert pinned.turns() == forwarded.turns() == {r.turn_id for r in results}
+    logged = [r for r in caplog.records if r.name == "hostkit.turns"]
+    assert [r.levelno for r in logged] == [logging.WARNING] * 2
+    messages = sorted(r.getMessage() for r in logged)
+    assert all("Raising raised KeyError on turn.started" in m for m in messages), messages
+    assert any("typo in the generation's observer" in m for m in messages)
+    assert max(len(m) for m in messages) < 600  # the 5,000-character message is cut
+
+
+class Unreferenceable:
+    """A broken observer that cannot be weakly referenced (slots, no ``__weakref__``)."""
+
+    __slots__ = ()
+
+    def notify(self, event: TurnEvent) -> None:
+        raise ValueError("no weakref")
+
+
+def test_each_broken_observer_object_is_logged_once_and_the_next_still_hears(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Once per observer object, not per class or per event: a new broken object (a
+    notebook cell run again) is said again; one that cannot be weakly referenced too.
+    On the Host's event bus, the observer after a broken one hears every event."""
+    event = TurnEvent("turn.started", "req_1", "turn_1", "ses_1")
+    first, second, after = Raising("first"), Raising("second"), Recorder()
+    odd = Unreferenceable()
+    bus = EventBus(forward=[first, second, odd, after])
+    with caplog.at_level(logging.WARNING, logger="hostkit.turns"):
+        for _ in range(5):
+            bus.notify(event)
+    assert len(after.events) == 5
+    said = [r.getMessage() for r in caplog.records if r.name == "hostkit.turns"]
+    assert len(said) == 3, said
+    assert ["KeyError" in said[0], "KeyError" in said[1], "ValueError" in said[2]] == [True] * 3
+
+
+class Unprintable(Exception):
+    """An exception whose message cannot be read: ``str`` raises too."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+class RaisingUnprintable:
+    def notify(self, event: TurnEvent) -> None:
+        raise Unprintable
+
+
+def test_an_observer_whose_exception_cannot_be_printed_is_still_kept_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Logging a failure must not fail in its turn: an exception whose ``str`` raises
+    is logged by its type, and the observers after it still hear the event."""
+    event = TurnEvent("turn.started", "req_1", "turn_1", "ses_1")
+    after = Recorder()
+    bus = EventBus(forward=[RaisingUnprintable(), after])
+    with caplog.at_level(logging.WARNING, logger="hostkit.turns"):
+        bus.notify(event)
+    assert len(after.events) == 1
+    said = [r.getMessage() for r in caplog.records if r.name == "hostkit.turns"]
+    assert len(said) == 1, said
+    assert "Unprintable" in said[0], said
 
 
 async def test_a_turn_waiting_for_its_busy_session_says_so_live(tmp_path: Path) -> None:

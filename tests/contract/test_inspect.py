@@ -567,6 +567,7 @@ async def test_a_provider_that_runs_on_this_machine_is_free_whatever_its_model_i
     ("status", "said"),
     [
         ("lost", "this lost turn's were held in memory by the process that died"),
+        ("interrupted", "this interrupted turn's holder is gone"),
         ("running", "no context decisions written yet: a running turn's are held in memory"),
         ("completed", "no context decisions recorded"),
     ],

@@ -30,6 +30,7 @@ from hostkit.errors import (
     TurnInProgress,
 )
 from hostkit.store import (
+    INTERRUPTED,
     MAX_EXTENDED_INSTRUCTIONS_CHARS,
     Admitted,
     ConversationTarget,
@@ -616,6 +617,37 @@ async def test_recovery_ends_gone_holders_and_frees_their_sessions(
     mine = await runtime.turns.recover(instance="live-instance")
     assert [(r.turn_id, r.outcome) for r in mine] == [(kept.turn_id, "lost")]
     assert await runtime.turns.session_lease(kept.session_id) is None
+
+
+async def test_reads_show_a_gone_holders_turn_interrupted_and_write_nothing(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """The inspect queries never call "running" a turn whose holder is gone by the store's
+    clock (its lease expired, or its owner provably dead), and, being reads, neither end it
+    nor notice its lapse: that is left to recovery, as if nobody had looked."""
+    operator = await resolver.operator_issuer().issue("ops", reason="inspect gone holders")
+    scopes = [await conversation(resolver, name) for name in ("live", "dead", "expired")]
+    kept = (await admit(runtime, scopes[0], live, ttl_s=600)).lease
+    dead = (await admit(runtime, scopes[1], dead_like(live), ttl_s=600)).lease
+    expired = (await admit(runtime, scopes[2], REMOTE, ttl_s=0.05)).lease
+    await anyio.sleep(0.1)  # the remote holder's lease runs out by the store's clock
+    shown = {kept.turn_id: "running", dead.turn_id: INTERRUPTED, expired.turn_id: INTERRUPTED}
+    listed = await runtime.inspect.recent_sessions(operator)
+    assert {row.session.session_id: row.last_outcome for row in listed} == {
+        lease.session_id: shown[lease.turn_id] for lease in (kept, dead, expired)
+    }
+    for lease in (kept, dead, expired):
+        decisions = await runtime.inspect.turn_decisions(operator, session_id=lease.session_id)
+        usage = await runtime.inspect.session_usage(operator, lease.session_id)
+        assert decisions.turn is not None
+        assert decisions.turn.status == shown[lease.turn_id]
+        assert [turn.turn.status for turn in usage.turns] == [shown[lease.turn_id]]
+        assert (await runtime.turns.state(operator, lease.turn_id)).status == "running"
+    # Nothing was written: the dead owner's turn ends now, the lapse is only noticed now.
+    recovered = await runtime.turns.recover()
+    assert {(r.turn_id, r.outcome) for r in recovered} == {(dead.turn_id, "lost")}
+    listed = await runtime.inspect.recent_sessions(operator)
+    assert {row.session.session_id: row.last_outcome for row in listed}[dead.session_id] == "lost"
 
 
 async def test_abandon_ends_the_turn_lost_and_frees_the_session_at_once(

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import os
+import sqlite3
+import subprocess
 import sys
 import textwrap
+from contextlib import closing
 from pathlib import Path
 
 import anyio
 import pytest
 
 from hostkit.host import Host
+from hostkit.store import INTERRUPTED
 from hostkit.testing import Reply, ScriptedModel, capabilities
 from tests.hosts import config, event_kinds, request, turn_rows
 from tests.support import sigkill_when
@@ -83,3 +89,65 @@ async def test_sigkill_mid_turn_leaves_one_lost_terminal_record_and_no_replay(
         # The session is usable again: its admission was not left held.
         follow = await host.turns.run(request("hello again"))
         assert follow.outcome == "completed"
+
+
+# The crashed child's database, as the command line's views open it.
+VIEW_CONFIG = """
+[host]
+database = "hostkit.db"
+workspace = "."
+
+[providers.test]
+kind = "scripted"
+
+[agents.assistant]
+provider = "test"
+memory = false
+"""
+
+
+async def view(root: Path, *args: str) -> tuple[str, str]:
+    """A read-only view of ``hostkit`` run as its own process: its stdout and stderr."""
+    result = await anyio.run_process(
+        [sys.executable, "-m", "hostkit", *args],
+        cwd=root,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    return result.stdout.decode(), result.stderr.decode()
+
+
+def recorded_statuses(database: Path) -> list[str]:
+    with closing(sqlite3.connect(database)) as conn:
+        return [row[0] for row in conn.execute("SELECT status FROM turns ORDER BY id")]
+
+
+async def test_a_read_only_view_shows_a_killed_hosts_turn_interrupted_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """The views open ``reads_only`` and recover nothing, yet never call a turn whose
+    holder died "running": it shows ``interrupted`` until a Host that writes ends it."""
+    marker = anyio.Path(tmp_path / "marker")
+    argv = [sys.executable, "-c", CHILD, str(tmp_path), str(marker)]
+    await sigkill_when(argv, marker.exists, what="the turn started")
+    (tmp_path / "hostkit.toml").write_text(VIEW_CONFIG)
+
+    listed, _ = await view(tmp_path, "sessions", "--json")
+    assert [row["last_outcome"] for row in json.loads(listed)["sessions"]] == [INTERRUPTED]
+    table, note = await view(tmp_path, "sessions")
+    assert "interrupted" in table
+    assert "running" not in table
+    assert "recovered when a Host next opens" in " ".join(note.split())
+    context, _ = await view(tmp_path, "context")
+    assert "status interrupted" in context
+    assert "this interrupted turn's holder is gone" in " ".join(context.split())
+    budget, _ = await view(tmp_path, "budget")
+    assert "(interrupted, no usage)" in budget
+    # A view ends nothing: the turn is still recorded running, for recovery to end.
+    assert recorded_statuses(tmp_path / "hostkit.db") == ["running"]
+
+    async with Host.open(config(tmp_path), capabilities=capabilities(ScriptedModel([]))):
+        pass
+    assert recorded_statuses(tmp_path / "hostkit.db") == ["lost"]

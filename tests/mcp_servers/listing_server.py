@@ -17,6 +17,8 @@ MODE:
   ``"execution": 5``: 2026-07-28's schema ignores the field, the SDK's version-free
   ``Tool`` refuses it; ``headed``, an ``x-mcp-header`` on an object property (2026-07-28
   clients drop such a tool);
+- ``bulk``: each listing page and call result also holds ``bulk``, a field no client
+  reads, of 1.9 million numbers (3.6 MiB, under the 4 MiB a message may have);
 - ``late``: the first listing is answered only when the second asks, just before its
   first page; that late answer refuses ``ghost`` and ``twin``, which the second listing
   lists as a usable tool on its second page;
@@ -47,6 +49,7 @@ GOOD = {
     "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}},
 }
 NOT_AN_OBJECT = {"type": "string"}
+BULK = [5] * 1_900_000 if MODE == "bulk" else []
 
 
 def wide_page() -> list[dict[str, Any]]:
@@ -94,6 +97,8 @@ class Lister:
             reply["result"] = {"tools": sdk_page()}
         elif MODE == "late":
             return self.late(reply, page)
+        elif MODE == "bulk":
+            reply["result"] = {"tools": [GOOD], "bulk": BULK}
         else:
             reply["result"] = {"tools": [GOOD]}
         return [reply]
@@ -198,6 +203,8 @@ def main() -> None:
         elif method == "tools/call":
             text = f"called {params['name']}"
             reply["result"] = {"content": [{"type": "text", "text": text}]}
+            if MODE == "bulk":
+                reply["result"]["bulk"] = BULK
         else:
             reply["error"] = {"code": -32601, "message": f"no method {method}"}
         for each in replies:

@@ -47,7 +47,7 @@ from hostkit.store import (
     TerminalStreamStats,
     epoch_of,
 )
-from hostkit.turns import Observer, TurnEvent
+from hostkit.turns import Observer, TurnEvent, notify_observer
 from hostkit.types import EffectStatus
 
 __all__ = ["COMPLETED_EVENT", "RunJournal", "ending_of", "record_view"]
@@ -293,8 +293,7 @@ class RunJournal:
             )
         # Not a turn's own event: the run outlived its turn (no request id to name).
         event = TurnEvent(COMPLETED_EVENT, "", turn_id, session_id, data)
-        with contextlib.suppress(Exception):
-            self.observer.notify(event)
+        notify_observer(self.observer, event)
 
 
 def _end_tree(pid: int | None, pid_start: float | None, confirm_s: float) -> tuple[int, int]:
