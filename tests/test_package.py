@@ -156,11 +156,29 @@ def test_importing_hostkit_loads_no_seam_until_a_name_is_used() -> None:
     assert done.stdout.splitlines() == ["[]", "True hostkit.store"]
 
 
+# A signal sent from inside the CLI's imports (when ``hostkit.host`` is first looked for),
+# not after a delay: on a loaded machine a timer fired before ``hostkit._launch`` itself
+# was imported, a moment no program can answer, and the test failed for no fault of it.
+SIGNAL_WHILE_LOADING = (
+    "import os, signal, sys\n"
+    "class _Trip:\n"
+    "    def __init__(self, signum):\n"
+    "        self.signum = signum\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name == 'hostkit.host' and self in sys.meta_path:\n"
+    "            sys.meta_path.remove(self)\n"
+    "            os.kill(os.getpid(), self.signum)\n"
+    "        return None\n"
+    "def signal_while_loading(signum):\n"
+    "    sys.meta_path.insert(0, _Trip(signum))\n"
+)
+
+
 def test_ctrl_c_while_the_command_loads_is_one_line_and_status_130() -> None:
     """SIGINT while ``hostkit`` still imports its CLI: no traceback from inside an import."""
     probe = (
-        "import os, signal, threading\n"
-        "threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+        f"{SIGNAL_WHILE_LOADING}"
+        "signal_while_loading(signal.SIGINT)\n"
         "from hostkit._launch import main\n"
         "main()\n"
     )
@@ -213,8 +231,8 @@ def test_a_sighup_while_serve_loads_is_no_reason_to_exit(tmp_path: Path) -> None
     imports: there is nothing to reload yet, and the process must not die of it. (Here it
     goes on to refuse a missing configuration, its own answer, with exit status 2.)"""
     probe = (
-        "import os, signal, sys, threading\n"
-        "threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGHUP)).start()\n"
+        f"{SIGNAL_WHILE_LOADING}"
+        "signal_while_loading(signal.SIGHUP)\n"
         "sys.argv = ['hostkit', 'serve', '-c', 'missing.toml']\n"
         "from hostkit._launch import main\n"
         "main()\n"
