@@ -117,8 +117,8 @@ def no_decisions_line(turn_status: str | None) -> str:
     if turn_status == INTERRUPTED:
         return (
             "no context decisions recorded: this interrupted turn's holder is gone (its "
-            "process died or stopped renewing its lease) with the ones it held in memory; "
-            "it is recovered when a Host next opens"
+            "process died, or its lease lapsed a lease's length ago) with the ones it held "
+            "in memory; a Host that next opens ends it"
         )
     return "no context decisions recorded"
 

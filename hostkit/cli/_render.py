@@ -303,8 +303,8 @@ def sessions_note(sessions: Sequence[SessionActivity]) -> str | None:
     if not any(row.last_outcome == INTERRUPTED for row in sessions):
         return None
     return (
-        f"{INTERRUPTED}: still recorded running, but its holder is gone (its process died "
-        "or stopped renewing its lease); it is recovered when a Host next opens"
+        f"{INTERRUPTED}: still recorded running, but its holder is gone (its process died, "
+        "or its lease lapsed a lease's length ago); a Host that next opens ends it"
     )
 
 

@@ -35,11 +35,15 @@ class Admission:
         self._changes = 0
 
     def refused(self, reason: str, limits: InboxLimits) -> None:
-        """An accept was refused (``InboxFull.reason``); a new streak's next check looks."""
+        """An accept was refused (``InboxFull.reason``); a new streak's next check looks.
+
+        Every refusal is a change: a look begun before it (which may have found room
+        another producer then took) must not end the streak.
+        """
+        self._changes += 1
         if self._refusing is None:
             self._refusing = _words(reason, limits)
             self._looked_at = -math.inf
-            self._changes += 1
 
     def stored(self, batch: Sequence[InboundEnvelope], receipts: Sequence[InboxReceipt]) -> None:
         """An accept returned: one new inbound that is not a command proves there is room

@@ -68,7 +68,9 @@ __all__ = [
 _LEASE_COLUMNS = "session_id, token, owner, turn_id, expires_at, ttl_s, heartbeat_at"
 
 
-def holder_gone(conn: sqlite3.Connection, held: sqlite3.Row, now_epoch: float) -> Gone | float:
+def holder_gone(
+    conn: sqlite3.Connection, held: sqlite3.Row, now_epoch: float, *, notice: bool = True
+) -> Gone | float:
     """Why the holder of ``held`` (a lease row) no longer counts, or until when it does.
 
     The rule every adapter applies. A holder whose owner is provably dead on
@@ -86,6 +88,8 @@ def holder_gone(conn: sqlite3.Connection, held: sqlite3.Row, now_epoch: float) -
     A turn older than the lease table (no lease row names it, or its row was
     migrated and never heartbeat) ends at its expiry. ``owner_is_dead`` reads
     ``/proc``: this runs on the database thread, never on the event loop.
+    ``notice=False`` is the same rule for a read, which writes nothing: a lapse
+    not noticed yet counts as noticed now (the holder still has its ttl).
     """
     expires_at = held["expires_at"]
     if expires_at is not None and expires_at > now_epoch:
@@ -94,14 +98,17 @@ def holder_gone(conn: sqlite3.Connection, held: sqlite3.Row, now_epoch: float) -
         return "owner_dead"
     if expires_at is None or held["heartbeat_at"] is None:
         return "lease_expired"
-    noticed = _lapse_noticed(conn, held, now_epoch)
+    noticed = _lapse_noticed(conn, held, now_epoch, record=notice)
     if noticed + held["ttl_s"] <= now_epoch:
         return "lease_expired"
     return float(noticed + held["ttl_s"])
 
 
-def _lapse_noticed(conn: sqlite3.Connection, held: sqlite3.Row, now_epoch: float) -> float:
-    """When the lapse of ``held``'s current expiry was first noticed: now (recorded) if never."""
+def _lapse_noticed(
+    conn: sqlite3.Connection, held: sqlite3.Row, now_epoch: float, *, record: bool
+) -> float:
+    """When the lapse of ``held``'s current expiry was first noticed: now if never (recorded
+    when ``record``)."""
     key = [held["session_id"], held["token"]]
     row = one_row(
         conn,
@@ -111,6 +118,8 @@ def _lapse_noticed(conn: sqlite3.Connection, held: sqlite3.Row, now_epoch: float
     )
     if row is not None:
         return float(row["lapse_noticed_at"])
+    if not record:
+        return now_epoch
     conn.execute(
         "UPDATE session_leases SET lapse_noticed_at = ?, lapsed_expiry = expires_at "
         "WHERE session_id = ? AND token = ?",
@@ -389,14 +398,18 @@ def held_until(conn: sqlite3.Connection, turn_id: str, now_epoch: float) -> floa
 
 
 def shown_status(conn: sqlite3.Connection, turn_id: str, status: str, now_epoch: float) -> str:
-    """``status`` as a read shows it: ``INTERRUPTED`` for a running turn whose holder no
-    longer plainly holds (its lease expired by the store's clock, or its owner provably dead).
+    """``status`` as a read shows it: ``INTERRUPTED`` for a running turn the lease rule
+    (``holder_gone``) would end now: its owner provably dead, or its lapse noticed a ttl ago.
 
     A read writes nothing (an operator's view works while another process holds the write
-    lock), so it cannot end the turn or notice its lapse as the lease rule does; it only
-    never claims that a turn nobody renews is running. Recovery ends it later.
+    lock), so it cannot end the turn or notice a lapse; a holder merely late to renew (the
+    database was locked or unreachable) still runs, and is shown running, as the rule keeps
+    it. Recovery, or the session's next admission, ends an interrupted one.
     """
-    if status != "running" or held_until(conn, turn_id, now_epoch) is not None:
+    if status != "running":
+        return status
+    holder = one_row(conn, _RUNNING_HOLDERS.format(turn=" AND t.turn_id = ?"), [turn_id])
+    if holder is None or not isinstance(holder_gone(conn, holder, now_epoch, notice=False), str):
         return status
     return INTERRUPTED
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import anyio
 import pytest
 
 from hostkit.errors import InboxFull, InvalidValue, RuntimeFailure
@@ -230,6 +231,49 @@ async def test_refusing_says_why_a_full_inbox_refuses_until_room_is_made(
         assert await sut.inbox.refusing() is None
         assert len(looks) == 2
         assert (await room(InboxLimits(2))).refusal == "backlog"
+
+
+async def test_a_refusal_while_a_look_is_under_way_keeps_the_inbox_refusing(
+    adapter: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A look that found room is stale once an accept is refused after it began (another
+    producer took the room meanwhile): it must not turn readiness back to ready."""
+    clock = SteppedMonotonic()
+    monkeypatch.setattr(admission_module, "time", clock)
+    async with open_inbox(adapter, tmp_path, limits=InboxLimits(2)) as sut:
+        other = sut.another(owner="worker.b", limits=InboxLimits(2))  # a poller, say
+        for key in ("a", "b"):
+            await sut.inbox.accept(envelope(key))
+        with pytest.raises(InboxFull):
+            await sut.inbox.accept(envelope("c"))
+        claimed = await sut.inbox.claim()
+        assert claimed is not None
+        await sut.inbox.complete(claimed, InboundResult("ignored"))  # room for one
+        clock.advance(RECHECK_S)
+        found, go_on = anyio.Event(), anyio.Event()
+        room = sut.store.room
+
+        async def held(limits: InboxLimits) -> InboxRoom:
+            seen = await room(limits)  # one queued: fits
+            found.set()
+            await go_on.wait()
+            return seen
+
+        monkeypatch.setattr(sut.store, "room", held)
+        answers: list[str | None] = []
+
+        async def probe() -> None:
+            answers.append(await sut.inbox.refusing())
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(probe)
+            await found.wait()
+            await other.accept(envelope("x"))  # the other producer fills the last place
+            with pytest.raises(InboxFull):
+                await sut.inbox.accept(envelope("y"))
+            go_on.set()
+        assert answers == ["inbox full (max 2 queued)"]
+        assert await sut.inbox.refusing() is not None
 
 
 async def test_refusing_names_the_disk_reserve_of_a_local_database(

@@ -139,7 +139,7 @@ async def test_a_read_only_view_shows_a_killed_hosts_turn_interrupted_and_writes
     table, note = await view(tmp_path, "sessions")
     assert "interrupted" in table
     assert "running" not in table
-    assert "recovered when a Host next opens" in " ".join(note.split())
+    assert "a Host that next opens ends it" in " ".join(note.split())
     context, _ = await view(tmp_path, "context")
     assert "status interrupted" in context
     assert "this interrupted turn's holder is gone" in " ".join(context.split())
