@@ -58,6 +58,7 @@ STORE_MATRIX = (
     "test_clause_inbox_*.py",
     "test_clause_delivery_store_*.py",
     "test_store_inbox.py",
+    "test_store_recent_sessions.py",
     # The delivery suite's recovered-turns clause, written against the store ADAPTERS.
     "test_clause_delivery_recovered_turns.py",
     # Delivery clauses over a Host's durable outbox: claims, retries, routes, and the

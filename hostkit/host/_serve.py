@@ -311,15 +311,17 @@ class HostDaemon(Background):
 
     async def status(self) -> ServeStatus:
         """A snapshot: daemon states, the figures, the listening URL."""
-        counts = await self.host.inbox.counts()
-        outbox = await self.host.store.delivery.counts()
+        # Polled every half second on the Host's one reader: index reads of the backlog
+        # and the dead letters, never the per-status counts over the whole history.
+        inbox = await self.host.inbox.backlog()
+        outbox_dead = await self.host.store.delivery.dead_letters()
         daemons = self.statuses()
         return ServeStatus(
             daemons=daemons,
-            queued=sum(c.ready for c in counts),
+            queued=inbox.ready,
             running=self.worker.in_flight,
             delivered=self.delivery.delivered,
-            dead_letters=sum(c.dead_lettered for c in counts) + outbox.dead_lettered,
+            dead_letters=inbox.dead_lettered + outbox_dead,
             listening=self.url,
             ready=self.ready,
             generation=self.host.generation,

@@ -43,6 +43,7 @@ from hostkit.types import (
     InboundRecord,
     InboundResult,
     InboundState,
+    InboxBacklog,
     InboxReceipt,
     PrincipalScope,
     PruneReport,
@@ -390,6 +391,10 @@ class ChannelInbox:
 
     async def counts(self) -> tuple[ChannelCounts, ...]:
         return await self._store.counts()
+
+    async def backlog(self) -> InboxBacklog:
+        """Ready and dead-lettered inbounds in all: cheap to poll (``InboxStore.backlog``)."""
+        return await self._store.backlog()
 
     async def records(
         self,

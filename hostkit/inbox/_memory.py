@@ -42,6 +42,7 @@ from hostkit.types import (
     InboundRecord,
     InboundResult,
     InboundState,
+    InboxBacklog,
     InboxReceipt,
     PruneReport,
     RetryDecision,
@@ -419,6 +420,14 @@ class MemoryInboxStore(InboxStore):
         await anyio.lowlevel.checkpoint()
         return tuple(
             ChannelCounts(channel, **by_state) for channel, by_state in sorted(self._counts.items())
+        )
+
+    async def backlog(self) -> InboxBacklog:
+        await anyio.lowlevel.checkpoint()
+        by_channel = self._counts.values()
+        return InboxBacklog(
+            ready=sum(by_state.get("ready", 0) for by_state in by_channel),
+            dead_lettered=sum(by_state.get("dead_lettered", 0) for by_state in by_channel),
         )
 
     async def records(

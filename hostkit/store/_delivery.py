@@ -188,7 +188,15 @@ class DeliveryStore(ABC):
 
     @abstractmethod
     async def counts(self) -> DeliveryCounts:
-        """Intents per status."""
+        """Intents per status: every row, the delivered history too (an operator's view)."""
+
+    @abstractmethod
+    async def dead_letters(self) -> int:
+        """How many intents are dead-lettered: what a live status polls.
+
+        Read from the index of dead letters alone, so its cost never follows
+        the delivered history ``counts`` reads.
+        """
 
     @abstractmethod
     async def next_due(self) -> float | None:

@@ -39,6 +39,7 @@ from hostkit.types import (
 )
 
 __all__ = [
+    "DEAD_LETTERS",
     "DUE_ROWS",
     "NEXT_DUE",
     "ClaimArgs",
@@ -46,6 +47,7 @@ __all__ = [
     "claim_rows",
     "claimed_owners",
     "count_rows",
+    "dead_letter_count",
     "delivered_row",
     "expire_claims",
     "extend_row",
@@ -460,6 +462,14 @@ def one_intent(conn: sqlite3.Connection, intent_id: str) -> DeliveryIntent | Non
 def count_rows(conn: sqlite3.Connection) -> DeliveryCounts:
     rows = _rows(conn).execute("SELECT status, COUNT(*) AS n FROM outbox GROUP BY status")
     return DeliveryCounts(**{row["status"]: row["n"] for row in rows})
+
+
+# The live status's figure: the dead letters' partial index alone, never the delivered rows.
+DEAD_LETTERS = "SELECT count(*) FROM outbox INDEXED BY outbox_dead WHERE status = 'dead_lettered'"
+
+
+def dead_letter_count(conn: sqlite3.Connection) -> int:
+    return int(conn.execute(DEAD_LETTERS).fetchone()[0])
 
 
 def next_due_row(conn: sqlite3.Connection) -> float | None:

@@ -181,6 +181,9 @@ class SqlDeliveryStore(DeliveryStore):
     async def counts(self) -> DeliveryCounts:
         return await self._db.read(rows.count_rows)
 
+    async def dead_letters(self) -> int:
+        return await self._db.read(rows.dead_letter_count)
+
     async def next_due(self) -> float | None:
         return await self._db.read(rows.next_due_row)
 

@@ -49,6 +49,7 @@ from hostkit.types import (
     InboundRecord,
     InboundResult,
     InboundState,
+    InboxBacklog,
     InboxReceipt,
     PruneReport,
     RetryDecision,
@@ -299,7 +300,18 @@ class InboxStore(ABC):
 
     @abstractmethod
     async def counts(self) -> tuple[ChannelCounts, ...]:
-        """Rows per state for every channel instance, ordered by channel instance id."""
+        """Rows per state for every channel instance, ordered by channel instance id.
+
+        Reads every row (the completed history too): an operator's view, not a poll.
+        """
+
+    @abstractmethod
+    async def backlog(self) -> InboxBacklog:
+        """The ``ready`` and ``dead_lettered`` rows of every channel instance.
+
+        What a live status polls: read from the partial indexes of those
+        states, so its cost follows them and never the completed history.
+        """
 
     @abstractmethod
     async def records(

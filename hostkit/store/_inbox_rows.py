@@ -33,6 +33,7 @@ from hostkit.types import (
     CompletionDecision,
     InboundEnvelope,
     InboundRecord,
+    InboxBacklog,
     InboxReceipt,
     PruneReport,
     RetryDecision,
@@ -41,9 +42,11 @@ from hostkit.types import (
 )
 
 __all__ = [
+    "BACKLOG",
     "ClaimArgs",
     "EndArgs",
     "accept_rows",
+    "backlog_counts",
     "channel_counts",
     "claim_rows",
     "claimed_owners",
@@ -662,6 +665,22 @@ def prune_rows(
     removed += conn.execute(_PRUNE_UNPROCESSABLE, [tombstone_before, limit]).rowcount
     cleared = conn.execute(_PRUNE_PAYLOADS, [payload_before, tombstone_before, limit]).rowcount
     return PruneReport(payloads_cleared=cleared, tombstones_removed=removed)
+
+
+# The live status's figures: each count walks the partial index of its state (inbox_due
+# holds the queued rows only, inbox_dead the dead letters), never the completed history.
+# The state IN term matches inbox_due's, so SQLite sees the index fits.
+BACKLOG = (
+    "SELECT (SELECT count(*) FROM inbox INDEXED BY inbox_due "
+    "WHERE state IN ('ready', 'claimed') AND state = 'ready') AS ready, "
+    "(SELECT count(*) FROM inbox INDEXED BY inbox_dead "
+    "WHERE state = 'dead_lettered') AS dead_lettered"
+)
+
+
+def backlog_counts(conn: sqlite3.Connection) -> InboxBacklog:
+    ready, dead_lettered = conn.execute(BACKLOG).fetchone()
+    return InboxBacklog(ready=int(ready), dead_lettered=int(dead_lettered))
 
 
 def channel_counts(conn: sqlite3.Connection) -> tuple[ChannelCounts, ...]:

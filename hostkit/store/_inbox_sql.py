@@ -33,6 +33,7 @@ from hostkit.types import (
     InboundRecord,
     InboundResult,
     InboundState,
+    InboxBacklog,
     InboxReceipt,
     PruneReport,
     RetryDecision,
@@ -187,6 +188,9 @@ class SqlInboxStore(InboxStore):
 
     async def counts(self) -> tuple[ChannelCounts, ...]:
         return await self._db.read(rows.channel_counts)
+
+    async def backlog(self) -> InboxBacklog:
+        return await self._db.read(rows.backlog_counts)
 
     async def records(
         self,

@@ -5,6 +5,10 @@ every query is partitioned by both in SQL, so an owner never sees another's.
 ``recall`` takes the user's words, not a query language: the SQLite adapter
 turns them into quoted FTS5 terms, so no input can become FTS5 syntax (an
 operator, a prefix ``*``, ``NEAR``, a column filter) or a syntax error.
+On SQLite the match itself is within the owner's items (their token in an
+FTS5 column no word can address), so a recall joins and ranks the owner's
+items alone, not every owner's matches (bm25 still weighs a word by the
+whole index, as before: counting its rows is the one cost left that grows).
 
 Anyone who can talk to an agent can make it store items, so each owner's
 items are bounded in number and total size; the bound is checked inside the
@@ -187,22 +191,35 @@ def _terms(query: str, *, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
     return [m.group()[:_MAX_TERM_CHARS] for m in islice(_WORD.finditer(query), max_terms)]
 
 
-def _fts_query(terms: list[str]) -> str:
-    """An FTS5 MATCH expression that ORs ``terms`` as quoted strings.
+def _quoted(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
 
-    Words hold no quote, operator or parenthesis; each is still quoted
-    (``"NEAR"`` is a word, not an operator).
+
+def _fts_query(owner_token: str, terms: list[str]) -> str:
+    """An FTS5 MATCH expression: the owner's token AND any of ``terms`` in the text.
+
+    Words hold no quote, colon, brace, operator or parenthesis; each is still quoted
+    (``"NEAR"`` is a word, not an operator), and all of them are under the ``text``
+    column filter, so no word can reach the owner column. The token makes FTS5 walk
+    only the owner's items instead of ranking every owner's matches.
     """
-    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+    words = " OR ".join(_quoted(term) for term in terms)
+    return f"owner_token : {_quoted(owner_token)} AND text : ({words})"
 
 
 _COLUMNS = ("id", "agent", "principal_id", "text", "created_at", "session_id", "turn_id")
 _ITEM_COLUMNS = ", ".join(f"m.{column}" for column in _COLUMNS)
+# Weight 0 for the owner column: only the text's words score (its token adds one to
+# every item's length, which moves no item's rank but among near-equal scores).
 _FTS_SEARCH = (
     f"SELECT {_ITEM_COLUMNS} "
     "FROM memory_fts f JOIN memory_items m ON m.id = f.rowid "
     "WHERE memory_fts MATCH ? AND m.agent = ? AND m.principal_id = ? "
-    "ORDER BY bm25(memory_fts), m.id LIMIT ?"
+    "ORDER BY bm25(memory_fts, 0.0, 1.0), m.id LIMIT ?"
+)
+_OWNER_TOKEN = (
+    "SELECT owner_token FROM memory_items WHERE agent = ? AND principal_id = ? "
+    "AND owner_token IS NOT NULL LIMIT 1"
 )
 
 
@@ -336,10 +353,11 @@ class SqlMemoryStore(MemoryStore):
 
         def search(raw: sqlite3.Connection) -> tuple[MemoryItem, ...]:
             if is_postgres(raw):
-                sql, words = _pg_search(len(terms)), terms
-            else:
-                sql, words = _FTS_SEARCH, [_fts_query(terms)]
-            return _items(raw, sql, [*words, agent, owner, limit])
+                return _items(raw, _pg_search(len(terms)), [*terms, agent, owner, limit])
+            token = raw.execute(_OWNER_TOKEN, [agent, owner]).fetchone()
+            if token is None:
+                return ()
+            return _items(raw, _FTS_SEARCH, [_fts_query(str(token[0]), terms), agent, owner, limit])
 
         return await self._db.read(search)
 

@@ -505,6 +505,18 @@ _V10_MEMORY_PROVENANCE = Migration(
     ),
 )
 
+_V11_SESSION_AUDIT = Migration(
+    11,
+    "a session's audit rows by id; turns by end",
+    (
+        # SQLite's v24 twin, for ``hostkit effects audit SESSION``. Recall needs no change
+        # here: memory_owner bounds the planner's cost to the owner's items, and no other
+        # owner's row is ranked (SQLite's FTS5 ranked every match before filtering).
+        "CREATE INDEX audit_session ON audit(session_id, id)",
+        "CREATE INDEX turns_ended ON turns(ended_at) WHERE ended_at IS NOT NULL",
+    ),
+)
+
 PG_MIGRATIONS: tuple[Migration, ...] = (
     _V1,
     _V2_APPROVAL_REVOCATIONS,
@@ -516,5 +528,6 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     _V8_INBOX_ORDER,
     _V9_ATTACHMENT_RECLAIM,
     _V10_MEMORY_PROVENANCE,
+    _V11_SESSION_AUDIT,
 )
 PG_SCHEMA_VERSION = PG_MIGRATIONS[-1].version

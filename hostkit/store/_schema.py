@@ -872,6 +872,50 @@ _V23_MEMORY_PROVENANCE = Migration(
     ),
 )
 
+_V24_OWNER_SEARCH = Migration(
+    24,
+    "memory search within one owner's items; a session's audit rows by id; turns by end",
+    (
+        # A recall matched the whole index and dropped other owners' items after ranking,
+        # so its cost grew with everyone's memory. Each item now carries its owner's token
+        # (``o`` and the id of the owner's first item: opaque, never another owner's, as
+        # ids are never reused) in an indexed FTS column a recall must match. The insert
+        # trigger gives a new item its owner's token, or its own for a new owner. Recall
+        # still filters on agent and owner in SQL; the token only bounds the work.
+        "DROP TRIGGER memory_items_ai",
+        "DROP TRIGGER memory_items_ad",
+        "DROP TABLE memory_fts",
+        "ALTER TABLE memory_items ADD COLUMN owner_token TEXT",
+        """UPDATE memory_items SET owner_token = 'o' || (
+            SELECT MIN(m.id) FROM memory_items m
+            WHERE m.agent = memory_items.agent AND m.principal_id = memory_items.principal_id
+        )""",
+        """CREATE VIRTUAL TABLE memory_fts USING fts5(
+            owner_token, text, content='memory_items', content_rowid='id'
+        )""",
+        "INSERT INTO memory_fts(memory_fts) VALUES ('rebuild')",
+        """CREATE TRIGGER memory_items_ai AFTER INSERT ON memory_items BEGIN
+            UPDATE memory_items SET owner_token = COALESCE((
+                SELECT m.owner_token FROM memory_items m
+                WHERE m.agent = new.agent AND m.principal_id = new.principal_id
+                    AND m.id <> new.id AND m.owner_token IS NOT NULL LIMIT 1
+            ), 'o' || new.id) WHERE id = new.id;
+            INSERT INTO memory_fts(rowid, owner_token, text)
+                SELECT id, owner_token, text FROM memory_items WHERE id = new.id;
+        END""",
+        """CREATE TRIGGER memory_items_ad AFTER DELETE ON memory_items BEGIN
+            INSERT INTO memory_fts(memory_fts, rowid, owner_token, text)
+                VALUES ('delete', old.id, old.owner_token, old.text);
+        END""",
+        # ``hostkit effects audit SESSION`` reads a session's newest rows: without this it
+        # scanned the whole audit table (its kind prefix cannot use audit_kind).
+        "CREATE INDEX audit_session ON audit(session_id, id)",
+        # ``hostkit sessions`` ranks by last activity: the sessions of the turns that
+        # ended last are found by walking this, not every turn (store/_recent_sessions.py).
+        "CREATE INDEX turns_ended ON turns(ended_at) WHERE ended_at IS NOT NULL",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -896,5 +940,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V21_INBOX_ORDER,
     _V22_ATTACHMENT_RECLAIM,
     _V23_MEMORY_PROVENANCE,
+    _V24_OWNER_SEARCH,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -45,6 +45,7 @@ __all__ = [
     "InboundResult",
     "InboundResultKind",
     "InboundState",
+    "InboxBacklog",
     "InboxReceipt",
     "PruneReport",
     "ReceiptDisposition",
@@ -412,6 +413,18 @@ class ChannelCounts:
     completed: int = 0
     dead_lettered: int = 0
     unanswered: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class InboxBacklog:
+    """What waits on people or workers, over every channel instance: the live status line.
+
+    Read without the completed history (``ChannelCounts`` counts that too), so
+    its cost follows the backlog and the dead letters, never the inbox's age.
+    """
+
+    ready: int = 0
+    dead_lettered: int = 0
 
 
 @dataclass(frozen=True, slots=True)

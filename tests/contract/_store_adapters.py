@@ -190,3 +190,45 @@ async def assert_memory_kept_untraced(store: RuntimeStore, ids: list[int]) -> No
     )
     assert fresh.item_id > ids[2]
     assert await memory.recall(agent="assistant", owner="alice", query="planted") == ()
+
+
+async def seed_before_owner_search(store: RuntimeStore) -> tuple[list[int], str]:
+    """On a store migrated to just before owner search (SQLite v23, PostgreSQL v10):
+    alice's two items and bob's one, and a session's effect audit view beside a row of
+    another kind. Returns the item ids and the session."""
+    memory = store.memory
+    ids = [
+        (await memory.remember(agent="assistant", owner=owner, text=text)).item_id
+        for owner, text in (
+            ("alice", "alice likes tea"),
+            ("bob", "bob likes tea"),
+            ("alice", "alice drinks tea at noon"),
+        )
+    ]
+    session = await store.create_session(owner_kind="system", principal_id="suite")
+    for n, kind in enumerate(("effect.probe", "turn.note")):
+        detail = {"turn_id": "turn_old", "call_id": f"c{n}", "outcome": "succeeded"}
+        await store.audit(kind, session_id=session, subject=f"c{n}", detail=detail)
+    return ids, session
+
+
+async def assert_owner_search_backfilled(store: RuntimeStore, ids: list[int], session: str) -> None:
+    """After the upgrade from ``seed_before_owner_search``: each owner recalls their own
+    old items, ranked as before, and only theirs; a new item joins its owner's, also once
+    the item that named the owner is forgotten; the session's audit view is found."""
+    memory = store.memory
+
+    async def recalled(owner: str) -> list[int]:
+        found = await memory.recall(agent="assistant", owner=owner, query="tea noon")
+        return [item.item_id for item in found]
+
+    assert await recalled("alice") == [ids[2], ids[0]]
+    assert await recalled("bob") == [ids[1]]
+    await memory.forget(agent="assistant", owner="alice", item_id=ids[0])
+    fresh = await memory.remember(agent="assistant", owner="alice", text="more tea")
+    assert await recalled("alice") == [ids[2], fresh.item_id]
+    assert await recalled("bob") == [ids[1]]
+    async with AuthorityResolver.bind(store) as resolver:
+        operator = await resolver.operator_issuer().issue("ops", reason="read effect audits")
+        (view,) = await store.inspect.effect_audits(operator, session)
+    assert (view.kind, view.subject) == ("effect.probe", "c0")

@@ -1,6 +1,7 @@
 """DeliveryStore clause: operators and the idle worker read the outbox without changing it —
-``counts`` per status, ``intents`` newest first (optionally of one status, bounded),
-``intent`` by id (None when unknown) and ``next_due``, the earliest time an intent is due.
+``counts`` per status, ``dead_letters`` (the live status line's figure), ``intents``
+newest first (optionally of one status, bounded), ``intent`` by id (None when unknown)
+and ``next_due``, the earliest time an intent is due.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("adapter", ADAPTERS)]
 async def test_counts_listings_and_next_due(adapter: str, tmp_path: Path) -> None:
     async with open_delivery(adapter, tmp_path) as sut:
         assert await sut.delivery.counts() == DeliveryCounts()
+        assert await sut.delivery.dead_letters() == 0
         assert await sut.delivery.next_due() is None
         assert await sut.delivery.intents() == ()
         ids = await sut.seed(4)
@@ -39,6 +41,7 @@ async def test_counts_listings_and_next_due(adapter: str, tmp_path: Path) -> Non
         assert await sut.delivery.counts() == DeliveryCounts(
             pending=1, sending=1, delivered=1, dead_lettered=1
         )
+        assert await sut.delivery.dead_letters() == 1
         # The pending one (never claimed) is due first; the sending one at its lease expiry.
         pending = await sut.delivery.intent(ids[3])
         assert pending is not None

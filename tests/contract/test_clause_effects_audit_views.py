@@ -318,6 +318,41 @@ async def test_a_cut_audit_list_keeps_the_newest_calls_in_order(
         assert ([r.subject for r in whole.audits], whole.truncated) == (["c1", "c3", "c5"], False)
 
 
+async def test_a_sessions_audit_views_are_read_through_its_index_not_a_scan(
+    tmp_path: Path,
+) -> None:
+    """``hostkit effects audit SESSION`` scanned every audit row (a kind prefix cannot use
+    audit_kind): an old session's view took a second among a million rows. Both reads,
+    the session's and one turn's, now walk that session's rows by id, and find the same."""
+    async with open_store("sqlite", tmp_path) as store, AuthorityResolver.bind(store) as resolver:
+        operator = await resolver.operator_issuer().issue("ops", reason="read effect audits")
+        session, other = [
+            await store.create_session(owner_kind="system", principal_id="suite") for _ in "ab"
+        ]
+        turn = await _finished_turn(store, session)
+        for n, (at, kind) in enumerate(
+            [(session, "effect.probe"), (other, "effect.probe"), (session, "turn.note")]
+        ):
+            detail = {"turn_id": turn, "call_id": f"c{n}", "outcome": "succeeded"}
+            await store.audit(kind, session_id=at, subject=f"c{n}", detail=detail)
+        statements: list[str] = []
+        await store.read(lambda c: c.set_trace_callback(statements.append))
+        try:
+            whole = await store.inspect.effect_audits(operator, session)
+            one_turn = await store.inspect.effect_audits(operator, session, turn_id=turn)
+        finally:
+            await store.read(lambda c: c.set_trace_callback(None))
+        assert [r.subject for r in whole] == [r.subject for r in one_turn] == ["c0"]
+        reads = [sql for sql in statements if "FROM audit" in sql]
+        assert len(reads) == 2
+        for sql in reads:
+            plan = await store.read(
+                lambda c, sql=sql: c.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall()
+            )
+            steps = " ".join(str(row[3]) for row in plan)
+            assert "USING INDEX audit_session (session_id=?" in steps, steps
+
+
 async def test_effect_audit_views_are_for_operators_only(
     store: RuntimeStore, authority: AuthorityResolver
 ) -> None:

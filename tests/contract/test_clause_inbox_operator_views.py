@@ -1,6 +1,7 @@
 """ChannelInbox clause: operators see counts by state per channel and records, never payloads.
 
-``counts`` lists every channel instance that has rows, ordered by id;
+``counts`` lists every channel instance that has rows, ordered by id; ``backlog``
+totals the ready and dead-lettered rows of them all (the live status line's figures);
 ``records`` lists rows newest accepted first, filtered by state and channel,
 at most ``limit``; the failure kept on a row is the redacted one.
 """
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.inbox import RetryPolicy
-from hostkit.types import ChannelCounts, InboundFailure, InboundResult
+from hostkit.types import ChannelCounts, InboundFailure, InboundResult, InboxBacklog
 from tests.contract._inbox_adapters import ADAPTERS, envelope, open_inbox
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("adapter", ADAPTERS)]
@@ -39,6 +40,26 @@ async def test_operator_views_counts_by_state_per_channel(adapter: str, tmp_path
             ChannelCounts("slack.team", ready=0, claimed=1, completed=1, dead_lettered=0),
             ChannelCounts("telegram.support", ready=3, claimed=0, completed=0, dead_lettered=1),
         )
+
+
+async def test_the_backlog_totals_ready_and_dead_letters_of_every_channel(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_inbox(adapter, tmp_path, policy=POLICY) as sut:
+        assert await sut.inbox.backlog() == InboxBacklog(ready=0, dead_lettered=0)
+        await sut.inbox.accept_batch([envelope(f"t-{i}", "telegram.support") for i in range(5)])
+        await sut.inbox.accept_batch([envelope(f"s-{i}", "slack.team") for i in range(3)])
+        claims = await sut.inbox.claim_batch(5)
+        for claim in claims[:2]:
+            await sut.inbox.complete(claim, InboundResult("ignored"))
+        for claim in claims[2:4]:
+            await sut.inbox.fail(claim, InboundFailure("permanent", "unparseable"))
+        # Claimed and completed rows are in neither figure.
+        backlog = await sut.inbox.backlog()
+        assert backlog == InboxBacklog(ready=3, dead_lettered=2)
+        counts = await sut.inbox.counts()
+        assert backlog.ready == sum(c.ready for c in counts)
+        assert backlog.dead_lettered == sum(c.dead_lettered for c in counts)
 
 
 async def test_operator_views_records_newest_first_and_filtered(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -33,7 +34,7 @@ from hostkit.host._defaults import ConfiguredChannels
 from hostkit.inbox import _admission as admission_module
 from hostkit.inbox._admission import RECHECK_S
 from hostkit.testing import Reply, ScriptedModel, capabilities
-from hostkit.types import InboundEnvelope, ModelRequest
+from hostkit.types import InboundEnvelope, InboundFailure, InboundResult, ModelRequest
 from tests.contract._daemons import Changes
 from tests.platforms import WebhookReceiver
 from tests.support import SteppedMonotonic
@@ -400,3 +401,74 @@ async def test_a_sender_revoked_by_a_reload_is_not_answered_for_messages_already
             assert [m.content for r in model.requests for m in r.messages if m.role == "user"] == [
                 "hi"
             ]
+
+
+async def test_the_status_reads_its_figures_from_indexes_whatever_the_history(
+    tmp_path: Path,
+) -> None:
+    """The status line polls every half second on the Host's one reader: its figures come
+    from the partial indexes of ready and dead-lettered rows, never from a scan of the
+    completed inbounds and delivered answers that pile up for as long as the Host serves."""
+    config = _config(tmp_path, "http://127.0.0.1:9/deliver")
+    async with Host.open(config, capabilities=capabilities(ScriptedModel([Reply("hi")]))) as host:
+        daemon = host.serve(env=ENV)
+        inbox = host.inbox
+        await inbox.accept_batch([_envelope(f"evt-{n}") for n in range(6)])
+        first, second, third = await inbox.claim_batch(3)
+        await inbox.complete(first, InboundResult("ignored"))
+        await inbox.complete(second, InboundResult("ignored"))
+        await inbox.fail(third, InboundFailure("permanent", "unparseable"))
+        await host.store.write(_outbox_rows)
+        await host.store.write(lambda conn: conn.execute("ANALYZE"))
+
+        statements: list[str] = []
+        await host.store.read(lambda conn: conn.set_trace_callback(statements.append))
+        try:
+            status = await daemon.status()
+        finally:
+            await host.store.read(lambda conn: conn.set_trace_callback(None))
+        # 3 accepted and never claimed; an inbound and an answer given up on.
+        assert (status.queued, status.dead_letters) == (3, 2)
+        queries = [sql for sql in statements if sql.lstrip().upper().startswith("SELECT")]
+        assert queries, statements
+
+        def plans(conn: Any) -> list[str]:
+            return [
+                str(row[3])
+                for sql in queries
+                for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall()
+            ]
+
+        lines = await host.store.read(plans)
+    # Each table is read through one of those indexes, or not at all.
+    walks = [line for line in lines if line.startswith(("SCAN", "SEARCH"))]
+    assert walks, lines
+    for line in walks:
+        assert line == "SCAN CONSTANT ROW" or _STATUS_INDEX.search(line), lines
+    assert not any("TEMP B-TREE" in line for line in lines), lines
+
+
+_STATUS_INDEX = re.compile(r" USING (COVERING )?INDEX (inbox_due|inbox_dead|outbox_dead)\b")
+
+
+def _envelope(key: str) -> InboundEnvelope:
+    return InboundEnvelope(
+        channel_instance_id="webhook.hooks",
+        platform_event_key=key,
+        conversation_key=f"room-{key}",
+        principal_key="u1",
+        authenticated_by="hmac",
+        received_at=time.time(),
+        payload="hello",
+    )
+
+
+def _outbox_rows(conn: Any) -> None:
+    """Delivered answers (the history a status must not read) and one dead letter."""
+    for n, status in enumerate(["delivered"] * 40 + ["dead_lettered"]):
+        conn.execute(
+            "INSERT INTO outbox (intent_id, inbound_id, session_id, route, payload, status, "
+            "created_at, updated_at) VALUES (?, ?, 'ses_x', '{}', '{}', ?, "
+            "'2026-01-01T00:00:00.000Z', 1.0)",
+            [f"out_{n}", f"inb_{n}", status],
+        )

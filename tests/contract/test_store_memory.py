@@ -139,6 +139,87 @@ async def test_no_query_text_becomes_fts_syntax_or_an_error(
     assert set(found) <= {"the cat sat on the mat"}
 
 
+async def test_no_query_reaches_another_owners_items_through_the_owner_column(
+    memory: MemoryStore,
+) -> None:
+    """SQLite indexes each item's owner token (``o`` and the id of the owner's first item)
+    in an FTS5 column that a recall matches: no words, however they name that column or
+    another owner's token, search that column or any owner's texts but the asker's."""
+    alice = await memory.remember(agent=AGENT, owner="alice", text="alice keeps a diary")
+    bob = await memory.remember(agent=AGENT, owner="bob", text="bob keeps secrets")
+    mine, theirs = f"o{alice.item_id}", f"o{bob.item_id}"
+    for query in (
+        theirs,
+        f"owner_token:{theirs}",
+        f"owner_token : {theirs} OR secrets",
+        f"{{owner_token}}: {theirs}",
+        "{owner_token text}: secrets",
+        f"- owner_token : {theirs}",
+        f'") OR owner_token : "{theirs}" OR ("',
+        f"NEAR(owner_token {theirs})",
+        "secrets",
+    ):
+        assert await texts(memory, query) == [], query
+    # The asker's own token is no word of theirs either: it does not list every item.
+    assert await texts(memory, mine) == []
+    assert await texts(memory, f"owner_token:{mine} diary") == ["alice keeps a diary"]
+
+
+async def test_an_owners_items_are_found_after_the_first_of_them_is_forgotten(
+    memory: MemoryStore,
+) -> None:
+    """The owner token is the first item's id, kept by the others when it goes; an owner
+    whose memory was emptied starts a new one."""
+    first = await memory.remember(agent=AGENT, owner="alice", text="tea at first")
+    await memory.remember(agent=AGENT, owner="alice", text="tea later")
+    await memory.remember(agent=AGENT, owner="bob", text="bob's tea")
+    await memory.forget(agent=AGENT, owner="alice", item_id=first.item_id)
+    await memory.remember(agent=AGENT, owner="alice", text="tea again")
+    assert sorted(await texts(memory, "tea")) == ["tea again", "tea later"]
+    assert await memory.forget_all(agent=AGENT, owner="alice") == 2
+    await memory.remember(agent=AGENT, owner="alice", text="tea anew")
+    assert await texts(memory, "tea") == ["tea anew"]
+    assert await texts(memory, "tea", owner="bob") == ["bob's tea"]
+
+
+@pytest.mark.sqlite_only("FTS5's work for a recall, counted in SQLite VM steps")
+async def test_a_recall_walks_its_owners_items_not_everyones(sut: StoreUnderTest) -> None:
+    """A recall matched the whole FTS index, ranked every owner's matches, and only then
+    dropped the others': 73 ms for one item among 50,000 of other people's, with the
+    one reader connection held meanwhile. Its work is now the owner's items'."""
+    store, memory = sut.store, sut.store.memory
+    await memory.remember(agent=AGENT, owner="alice", text="she likes tea in the morning")
+    steps = [0]
+
+    def step() -> int:
+        steps[0] += 1
+        return 0
+
+    async def recall_steps() -> int:
+        steps[0] = 0
+        await store.read(lambda c: c.set_progress_handler(step, 1))
+        try:
+            found = await texts(memory, "tea morning")
+        finally:
+            await store.read(lambda c: c.set_progress_handler(None, 0))
+        assert found == ["she likes tea in the morning"]
+        return steps[0]
+
+    alone = await recall_steps()
+    crowd = [(AGENT, f"p{n % 50}", f"tea in the morning {n}") for n in range(5_000)]
+    await store.write(
+        lambda c: c.executemany(
+            "INSERT INTO memory_items (agent, principal_id, text, created_at) "
+            "VALUES (?, ?, ?, '2026-01-01T00:00:00.000Z')",
+            crowd,
+        )
+    )
+    assert await texts(memory, "tea", owner="p7", limit=MAX_RECALL) != []
+    crowded = await recall_steps()
+    # Matching the whole index stepped through the crowd's every item (~36,000 steps).
+    assert crowded < len(crowd) // 2, (alone, crowded)
+
+
 async def test_operator_words_are_searched_as_plain_words(memory: MemoryStore) -> None:
     await memory.remember(agent=AGENT, owner="alice", text="meet NEAR the old mill")
     await memory.remember(agent=AGENT, owner="alice", text="this AND that")

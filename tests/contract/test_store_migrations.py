@@ -27,8 +27,10 @@ from hostkit.types import new_id
 from tests.contract._delivery_adapters import ROUTE, finish_routed_turns
 from tests.contract._store_adapters import (
     assert_memory_kept_untraced,
+    assert_owner_search_backfilled,
     assert_reclaim_backfilled,
     seed_attachments_before_reclaim,
+    seed_before_owner_search,
     seed_memory_before_provenance,
 )
 from tests.support import file_bytes
@@ -598,3 +600,29 @@ async def test_v23_keeps_every_memory_item_untraced_and_never_reuses_an_id(
     async with await RuntimeStore.open(db_path) as store:
         assert (store.migration.from_version, store.migration.to_version) == (22, SCHEMA_VERSION)
         await assert_memory_kept_untraced(store, ids)
+
+
+@pytest.mark.sqlite_only("a v23 SQLite file built from a prefix of the SQLite migrations")
+async def test_v24_gives_every_old_item_its_owners_token_and_keeps_the_audit(
+    db_path: Path,
+) -> None:
+    """Items stored before v24 are indexed again under one token per owner (the id of
+    the owner's first item) and recalled as before; a session's audit view is kept."""
+    async with await RuntimeStore.open(db_path, migrations=MIGRATIONS[:23]) as store:
+        ids, session = await seed_before_owner_search(store)
+    async with await RuntimeStore.open(db_path) as store:
+        assert (store.migration.from_version, store.migration.to_version) == (23, SCHEMA_VERSION)
+        tokens = await store.read(
+            lambda c: c.execute(
+                "SELECT principal_id, owner_token FROM memory_items ORDER BY id"
+            ).fetchall()
+        )
+        assert tokens == [
+            ("alice", f"o{ids[0]}"),
+            ("bob", f"o{ids[1]}"),
+            ("alice", f"o{ids[0]}"),
+        ]
+        await store.write(
+            lambda c: c.execute("INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')")
+        )
+        await assert_owner_search_backfilled(store, ids, session)

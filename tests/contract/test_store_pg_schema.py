@@ -50,8 +50,10 @@ from hostkit.store._pg_schema import PG_MIGRATIONS, PG_SCHEMA_VERSION
 from hostkit.store._sqlite import SqliteStore
 from tests.contract._store_adapters import (
     assert_memory_kept_untraced,
+    assert_owner_search_backfilled,
     assert_reclaim_backfilled,
     seed_attachments_before_reclaim,
+    seed_before_owner_search,
     seed_memory_before_provenance,
 )
 from tests.postgres import HOSTKIT_TEMPLATE, PostgresCluster
@@ -66,6 +68,8 @@ SQLITE_ONLY_TABLES = frozenset(
 # ... PostgreSQL's a generated tsvector column with a GIN index.
 PG_ONLY_COLUMNS = frozenset({("memory_items", "search")})
 PG_ONLY_INDEXES = frozenset({"memory_search"})
+# SQLite's items carry their owner's token, the FTS5 column a recall must match.
+SQLITE_ONLY_COLUMNS = frozenset({("memory_items", "owner_token")})
 # PostgreSQL records applied migrations in a table; SQLite in PRAGMA user_version.
 PG_ONLY_TABLES = frozenset({"hostkit_schema"})
 # SQLite declared type -> PostgreSQL type (_pg_schema's module doc).
@@ -108,6 +112,8 @@ def _sqlite_schema(path: Path) -> Schema:
             pk = sorted((row[5], row[1]) for row in info if row[5])
             table.primary_key = tuple(column for _, column in pk)
             for _, column, declared, notnull, default, in_pk in info:
+                if (name, column) in SQLITE_ONLY_COLUMNS:
+                    continue
                 # A key column is NOT NULL (SQLite's rowid tables let a non-integer key be
                 # NULL only by an old bug no row function relies on).
                 table.columns[column] = (
@@ -777,3 +783,15 @@ async def test_v10_keeps_every_memory_item_untraced_and_never_reuses_an_id(
     async with RuntimeStore.open_postgres(url) as store:
         assert store.migration == PgMigrationReport(9, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
         await assert_memory_kept_untraced(store, ids)
+
+
+async def test_v11_keeps_every_memory_item_and_audit_view(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """The twin of SQLite's v24: items recalled as before, a session's audit view kept."""
+    url = await postgres_cluster.create_database()
+    async with RuntimeStore.open_postgres(url, migrations=PG_MIGRATIONS[:10]) as store:
+        ids, session = await seed_before_owner_search(store)
+    async with RuntimeStore.open_postgres(url) as store:
+        assert store.migration == PgMigrationReport(10, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
+        await assert_owner_search_backfilled(store, ids, session)
