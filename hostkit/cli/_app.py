@@ -51,12 +51,13 @@ from hostkit.cli._interrupt import interrupted_turn
 from hostkit.cli._mcp import mcp
 from hostkit.cli._memory import memory
 from hostkit.cli._model import model
-from hostkit.cli._render import command_line, sessions_note, sessions_table
+from hostkit.cli._render import command_line
 from hostkit.cli._serve import serve
+from hostkit.cli._sessions import sessions
 from hostkit.cli._turn import attach_files, stream_turn
 from hostkit.errors import HostkitError, InvalidValue, TurnRejected, bounded
 from hostkit.host import resolve_config, unknown_agent
-from hostkit.inspect import activity_rows, budget_view, context_view
+from hostkit.inspect import budget_view, context_view
 from hostkit.types import (
     MAX_INPUT_CHARS,
     FreshSession,
@@ -124,6 +125,7 @@ app = typer.Typer(
 )
 app.add_typer(approvals, name="approvals")
 app.add_typer(effects, name="effects")
+app.add_typer(sessions, name="sessions")
 app.add_typer(memory, name="memory")
 app.add_typer(mcp, name="mcp")
 app.add_typer(inbox, name="inbox")
@@ -317,39 +319,6 @@ async def _python_agent_hint(reason: str, agent: str) -> str:
         f"{reason}; an Agent defined in {module} runs with --agent {agent}:NAME "
         "(NAME: the variable that holds it)"
     )
-
-
-@app.command()
-def sessions(
-    reason: Reason = None,
-    limit: Annotated[int, typer.Option(min=1, max=499)] = 50,
-    json_: JsonOption = False,
-    operator: Operator = "cli",
-    config: ConfigOption = None,
-) -> None:
-    """List sessions, most recent activity first: agent, turns, last outcome.
-
-    Operator authority; the reason is audited.
-    """
-
-    async def main() -> None:
-        async with operator_host(config, operator, reason, reads_only=True) as (host, scope):
-            rows = await activity_rows(host, scope, limit=limit)
-            if json_:
-                print_json(rows)
-                return
-            if not rows.sessions:
-                # As the approvals listing says it: a header over nothing reads as a fault.
-                console.print("no sessions yet (`hostkit run` starts one)", highlight=False)
-                return
-            out = Console()
-            out.print(sessions_table(rows.sessions, width=out.width))
-            if (note := sessions_note(rows.sessions)) is not None:
-                console.print(note, highlight=False)
-            if rows.truncated:
-                console.print(f"(the {limit} most recent; --limit shows more)", highlight=False)
-
-    run_command(main)
 
 
 SessionArgument = Annotated[

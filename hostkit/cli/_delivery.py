@@ -161,7 +161,8 @@ def retry(
 
 
 def _json_row(intent: DeliveryIntent) -> dict[str, object]:
-    """Every field an operator may see: the payload only as whether it prompts an approval."""
+    """Every field an operator may see: the payload only as whether it prompts an approval
+    and whether retention (or an erased session) removed it."""
     return {
         "intent_id": intent.intent_id,
         "turn_id": intent.turn_id,
@@ -176,4 +177,5 @@ def _json_row(intent: DeliveryIntent) -> dict[str, object]:
         "delivered_at": iso_instant(intent.delivered_at),
         "requeues": intent.requeues,
         "approval_prompt": intent.approval is not None,
+        "payload_pruned": intent.payload_pruned,
     }

@@ -116,7 +116,41 @@ async def _sqlite(cfg: HostConfig) -> list[Check]:
         version = await anyio.to_thread.run_sync(file_schema_version, database)
     except StoreError as exc:
         return [Check("store", "fail", str(exc), "check the path and its permissions"), disk]
-    return [_schema(str(database), version), disk]
+    size = await anyio.to_thread.run_sync(_size, database)
+    return [_schema(str(database), version), size, disk]
+
+
+def _size(database: Path) -> Check:
+    """How much the database takes (its WAL included), and the migration backups beside it.
+
+    A migration leaves a full copy of the old file (``NAME.vN.backup``): nothing
+    deletes it, and each is as large as the database was (docs/store.md says when
+    one may go).
+    """
+    held = sum(_bytes(database.with_name(database.name + end)) for end in ("", "-wal"))
+    backups = sorted(database.parent.glob(f"{database.name}.v*.backup"))
+    shown = f"database {_mib(held)} (WAL included)"
+    if not backups:
+        return Check("size", "ok", shown + ", no migration backups beside it")
+    kept = sum(_bytes(each) for each in backups)
+    names = ", ".join(each.name for each in backups[:3]) + (", ..." if len(backups) > 3 else "")
+    return Check(
+        "size",
+        "ok",
+        f"{shown}, {len(backups)} migration backup{'' if len(backups) == 1 else 's'} "
+        f"{_mib(kept)} beside it ({names}): delete once the upgraded Host runs well",
+    )
+
+
+def _bytes(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1024 * 1024):.1f} MiB"
 
 
 def _schema(where: str, version: int | None) -> Check:

@@ -280,6 +280,7 @@ class HostDaemon(Background):
             interval_s=serve.retention_interval_s,
             reclaim=lambda limit: host.attachments.reclaim(limit=limit),
             artifacts=lambda limit: host.artifacts.reclaim(limit=limit),
+            outbox=host.store.delivery,
         )
         self._policy = policy
         self._on_change = on_change

@@ -56,6 +56,7 @@ from hostkit.store._delivery import (
     DeliveryStore,
 )
 from hostkit.store._delivery_sql import SqlDeliveryStore
+from hostkit.store._erase import ErasedSession
 from hostkit.store._inbox import (
     ATTEMPTS_EXHAUSTED,
     COMMAND_ALLOWANCE,
@@ -209,6 +210,7 @@ __all__ = [
     "ConversationTarget",
     "CoreStore",
     "DeliveryStore",
+    "ErasedSession",
     "HistoryRow",
     "InboxLimits",
     "InboxRoom",

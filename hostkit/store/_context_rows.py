@@ -66,6 +66,7 @@ __all__ = [
     "release_lease",
     "rows",
     "take_lease",
+    "upsert_summary",
 ]
 
 _log = logging.getLogger("hostkit.store")
@@ -690,7 +691,7 @@ def take_lease(
     return LeaseTake("taken", summary)
 
 
-def _upsert_summary(conn: sqlite3.Connection, summary: CommittedSummary) -> None:
+def upsert_summary(conn: sqlite3.Connection, summary: CommittedSummary) -> None:
     conn.execute(
         "INSERT INTO context_summaries (session_id, summary, cutoff_seq, summarized_messages, "
         "summarizer, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE "
@@ -743,7 +744,7 @@ def commit_summary(
         summarizer=summarizer,
         created_at=at,
     )
-    _upsert_summary(conn, summary)
+    upsert_summary(conn, summary)
     _end_lease(conn, session_id, cooldown_until, at)
     return summary
 

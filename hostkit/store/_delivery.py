@@ -21,6 +21,9 @@ loop, in several processes on one database, and (later) on several hosts:
   stale holder's call raises ``StaleClaim`` and changes nothing. A repeat of
   the same ``delivered`` by the same token is a no-op that returns the row.
 - retry: an operator's audited move of a dead letter back to pending.
+- prune: retention of delivered intents, as the inbox prunes completed inbounds:
+  their payload (the answer's text) goes after the payload retention, the row
+  after the tombstone horizon. Pending, sending and dead-lettered intents stay.
 
 Times are epoch seconds chosen by the caller (``now``), on the store's clock
 (``now()``, ``RuntimeStore.now``): the one new intents are due by, and the
@@ -41,6 +44,7 @@ from hostkit.types import (
     DeliveryFailure,
     DeliveryIntent,
     DeliveryStatus,
+    PruneReport,
 )
 
 __all__ = [
@@ -48,6 +52,7 @@ __all__ = [
     "MAX_DELIVERY_CLAIM",
     "MAX_DELIVERY_LIST",
     "MAX_REPLY_CHARS",
+    "PRUNED_PAYLOAD",
     "DeliveryStore",
 ]
 
@@ -56,6 +61,9 @@ MAX_DELIVERY_LIST = 1_000
 # A command's reply is one sentence of the Host's, never a model's answer.
 MAX_REPLY_CHARS = 1_000
 DELIVERY_ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+# A pruned (or erased) intent's payload: every payload written holds its text or prompt,
+# so an empty one is never a real answer (the column is NOT NULL).
+PRUNED_PAYLOAD = "{}"
 
 
 class DeliveryStore(ABC):
@@ -174,6 +182,19 @@ class DeliveryStore(ABC):
         Writes a ``delivery.retry`` audit row (actor, reason) in the same
         transaction. ``NotFoundOrUnauthorized`` for an unknown id;
         ``InvalidValue`` when the intent is not dead-lettered.
+        """
+
+    @abstractmethod
+    async def prune(
+        self, *, payload_before: float, tombstone_before: float, limit: int
+    ) -> PruneReport:
+        """Retention of delivered intents, at most ``limit`` rows of each kind per call.
+
+        Delivered intents delivered before ``payload_before`` lose their payload
+        (``DeliveryIntent.payload_pruned``; the row stays, id, route and outcome);
+        those delivered before ``tombstone_before`` are deleted. Pending,
+        sending and dead-lettered intents (an operator may retry one) are never
+        pruned.
         """
 
     @abstractmethod

@@ -25,7 +25,7 @@ from hostkit.errors import (
 from hostkit.freeze import thaw
 from hostkit.store._approval_facts import approval_facts, fact_hides, fact_line
 from hostkit.store._approval_values import decode_view
-from hostkit.store._delivery import DELIVERY_ATTEMPTS_EXHAUSTED
+from hostkit.store._delivery import DELIVERY_ATTEMPTS_EXHAUSTED, PRUNED_PAYLOAD
 from hostkit.store._dialect import claim_isolation
 from hostkit.store._json import canonical_json
 from hostkit.store._sessions import insert_audit
@@ -34,6 +34,7 @@ from hostkit.types import (
     ClaimedDelivery,
     DeliveryCounts,
     DeliveryIntent,
+    PruneReport,
     approval_code,
     new_id,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "list_intents",
     "next_due_row",
     "one_intent",
+    "prune_rows",
     "release_row",
     "retry_row",
 ]
@@ -151,7 +153,20 @@ _RELEASE = (
 _RETRY = (
     "UPDATE outbox SET status = 'pending', next_attempt_at = ?, attempts = 0, "
     "requeues = requeues + 1, claim_token = NULL, updated_at = ? "
-    "WHERE intent_id = ? AND status = 'dead_lettered'"
+    f"WHERE intent_id = ? AND status = 'dead_lettered' AND payload <> '{PRUNED_PAYLOAD}'"
+)
+# Retention of delivered intents (delivered_at is on the store's clock, as the cut-offs
+# are). Rows old enough to be deleted are left to the delete, as the inbox does.
+# Oldest first through outbox_delivered / outbox_delivered_payload (schema v24): a pass
+# reads what it prunes, not every delivered row kept (a week of answers).
+_PRUNE_ROWS = (
+    "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE status = 'delivered' "
+    "AND delivered_at < ? ORDER BY delivered_at LIMIT ?)"
+)
+_PRUNE_PAYLOADS = (
+    f"UPDATE outbox SET payload = '{PRUNED_PAYLOAD}' WHERE id IN (SELECT id FROM outbox "
+    f"WHERE status = 'delivered' AND payload <> '{PRUNED_PAYLOAD}' "
+    "AND delivered_at < ? AND delivered_at >= ? ORDER BY delivered_at LIMIT ?)"
 )
 _PROMPT_APPROVAL = "SELECT effect, view FROM approvals WHERE approval_id = ? AND status = 'pending'"
 
@@ -419,8 +434,13 @@ def retry_row(
 ) -> DeliveryIntent:
     """Dead letter -> pending, with its ``delivery.retry`` audit row in the same transaction."""
     if conn.execute(_RETRY, [now, now, intent_id]).rowcount != 1:
-        if one_intent(conn, intent_id) is None:
+        found = one_intent(conn, intent_id)
+        if found is None:
             raise NotFoundOrUnauthorized("delivery intent")
+        if found.payload_pruned:
+            raise InvalidValue(
+                "this delivery intent's payload was erased: there is nothing to send"
+            )
         raise InvalidValue("only a dead-lettered delivery intent can be retried")
     insert_audit(
         conn,
@@ -436,7 +456,17 @@ def retry_row(
     return intent
 
 
-# -- operators and the idle worker -----------------------------------------------------
+# -- retention, operators and the idle worker ------------------------------------------
+
+
+def prune_rows(
+    conn: sqlite3.Connection, payload_before: float, tombstone_before: float, limit: int
+) -> PruneReport:
+    """Delete delivered intents past the tombstone horizon, then clear the payloads of
+    the delivered ones that stay."""
+    removed = conn.execute(_PRUNE_ROWS, [tombstone_before, limit]).rowcount
+    cleared = conn.execute(_PRUNE_PAYLOADS, [payload_before, tombstone_before, limit]).rowcount
+    return PruneReport(payloads_cleared=cleared, tombstones_removed=removed)
 
 
 def list_intents(
@@ -492,6 +522,7 @@ def _intent(row: sqlite3.Row, **changed: Any) -> DeliveryIntent:
         "last_error": row["last_error"],
         "delivered_at": row["delivered_at"],
         "requeues": row["requeues"],
+        "payload_pruned": row["payload"] == PRUNED_PAYLOAD,
     }
     values.update(changed)
     return DeliveryIntent(**values)

@@ -24,6 +24,7 @@ from hostkit.store._delivery import (
     MAX_REPLY_CHARS,
     DeliveryStore,
 )
+from hostkit.store._inbox_checks import MAX_PRUNE
 from hostkit.store._owned import now as now_text
 from hostkit.types import (
     DELIVERY_STATUSES,
@@ -34,6 +35,7 @@ from hostkit.types import (
     DeliveryFailure,
     DeliveryIntent,
     DeliveryStatus,
+    PruneReport,
     bounded_metadata,
     is_text,
 )
@@ -165,6 +167,14 @@ class SqlDeliveryStore(DeliveryStore):
         return await self._db.write(
             lambda raw: rows.retry_row(raw, intent, reason=why, actor=who, now=at)
         )
+
+    async def prune(
+        self, *, payload_before: float, tombstone_before: float, limit: int
+    ) -> PruneReport:
+        payloads = checks.check_finite("payload_before", payload_before)
+        tombstones = checks.check_finite("tombstone_before", tombstone_before)
+        most = checks.check_count("limit", limit, MAX_PRUNE)
+        return await self._db.write(lambda raw: rows.prune_rows(raw, payloads, tombstones, most))
 
     async def intents(
         self, *, status: DeliveryStatus | None = None, limit: int = 100

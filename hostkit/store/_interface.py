@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from hostkit.store._context import ContextStore
     from hostkit.store._cores import CoreStore
     from hostkit.store._delivery import DeliveryStore
+    from hostkit.store._erase import ErasedSession
     from hostkit.store._inbox import InboxStore
     from hostkit.store._inspect import InspectQueries
     from hostkit.store._mcp import McpStatusStore
@@ -239,6 +240,23 @@ class RuntimeStore(AsyncResource):
         limit: int = 100,
     ) -> tuple[AuditRecord, ...]:
         """Host-only audit rows, in order; requires a live operator scope."""
+
+    @abstractmethod
+    async def erase_session(
+        self, scope: PrincipalScope, session_id: str, reason: str
+    ) -> ErasedSession:
+        """Erase a session's content in one transaction, keeping id-only tombstones.
+
+        Messages, turn results and event details, context decisions, summary and
+        bootstrap snapshot, session-scoped core state, outbox and inbound payloads,
+        approvals' arguments and views (open ones become ``stale``), the
+        attachments its messages carried: deleted or emptied. The session, its
+        owner rows, the turns' ids and statuses stay. Writes one ``session.erased``
+        audit row (scope, reason, counts; never content). ``ScopeError`` without a
+        live operator scope; ``InvalidValue`` for a missing or too long reason;
+        ``NotFoundOrUnauthorized`` for an unknown session; ``TurnInProgress`` while
+        a turn of the session runs (erase after it ended, or cancel it).
+        """
 
     # -- owned queries ---------------------------------------------------------------
 

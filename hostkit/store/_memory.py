@@ -257,6 +257,20 @@ def _items(raw: sqlite3.Connection, sql: str, params: list[object]) -> tuple[Mem
     )
 
 
+def _drop_forgotten_terms(raw: sqlite3.Connection) -> None:
+    """Merge the FTS5 index so a forgotten item's terms leave it now, in the same transaction.
+
+    An FTS5 delete only adds a tombstone segment: the item's tokens stay in the old
+    segments until enough later writes merge them (about thirty), and SQLite before 3.42
+    has no ``secure-delete`` option. ``optimize`` rewrites the index into one segment
+    without them; forgetting is rare, so its cost (the size of the index) is paid then.
+    PostgreSQL keeps no such residue: recall reads the ``tsvector`` column of the row,
+    which goes with it (its GIN entries are dead until vacuumed, never matched).
+    """
+    if not is_postgres(raw):
+        raw.execute("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')")
+
+
 def _check_room(raw: sqlite3.Connection, agent: str, owner: str, adding: int) -> None:
     """Refuse an item that would take the owner past the per-owner bounds.
 
@@ -399,6 +413,7 @@ class SqlMemoryStore(MemoryStore):
             )
             if not found:
                 return None
+            _drop_forgotten_terms(raw)
             if by is not None:
                 _audit(raw, by, said, agent, owner, found[0].item_id, 1, found[0].session_id)
             return found[0]
@@ -424,6 +439,8 @@ class SqlMemoryStore(MemoryStore):
             count = raw.execute(
                 "DELETE FROM memory_items WHERE agent = ? AND principal_id = ?", [agent, owner]
             ).rowcount
+            if count:
+                _drop_forgotten_terms(raw)
             if by is not None:
                 _audit(raw, by, said, agent, owner, None, count, None)
             return int(count)

@@ -43,6 +43,7 @@ __all__ = [
     "list_messages",
     "list_sessions",
     "list_tasks",
+    "next_message_seq",
     "now",
     "owner_predicate",
     "session_authorized",
@@ -76,6 +77,19 @@ def turn_status(conn: sqlite3.Connection, turn_id: str, session_id: str) -> str 
 # once a second, and formatting them costs more than the rest of a stamp. Replaced whole
 # (one assignment), so a thread reads either the old pair or the new one.
 _second: tuple[int, str] = (-1, "")
+
+
+def next_message_seq(session: str) -> str:
+    """SQL for the seq of a session's next message, ``session`` its SQL (a column or ``?``).
+
+    After the newest message; in a session with none, after its summary's cutoff: an
+    erased session keeps its cutoff (``_erase``), so a Host's cached window sees the
+    cutoff move and reads again, and the new messages come after the erased ones.
+    """
+    return (
+        f"COALESCE((SELECT MAX(seq) FROM messages WHERE session_id = {session}), "
+        f"(SELECT cutoff_seq FROM context_summaries WHERE session_id = {session}), 0) + 1"
+    )
 
 
 def now(conn: sqlite3.Connection) -> str:
@@ -238,9 +252,8 @@ def append_message(
     body = canonical_json(content)
     cursor = conn.execute(
         "INSERT INTO messages (message_id, session_id, seq, role, content, turn_id, created_at) "
-        "SELECT ?, o.session_id, "
-        "COALESCE((SELECT MAX(seq) FROM messages WHERE session_id = o.session_id), 0) + 1, "
-        f"?, ?, ?, ? FROM session_owners o WHERE o.session_id = ? AND {where}",
+        f"SELECT ?, o.session_id, {next_message_seq('o.session_id')}, ?, ?, ?, ? "
+        f"FROM session_owners o WHERE o.session_id = ? AND {where}",
         [message_id, role, body, turn_id, created_at, session_id, *params],
     )
     if cursor.rowcount != 1:

@@ -513,6 +513,11 @@ _V11_SESSION_AUDIT = Migration(
         # here: memory_owner bounds the planner's cost to the owner's items, and no other
         # owner's row is ranked (SQLite's FTS5 ranked every match before filtering).
         "CREATE INDEX audit_session ON audit(session_id, id)",
+        # Retention of delivered answers (DeliveryStore.prune): the rows past the horizon,
+        # and the payloads not cleared yet, oldest first, without reading the rest.
+        "CREATE INDEX outbox_delivered ON outbox(delivered_at) WHERE status = 'delivered'",
+        "CREATE INDEX outbox_delivered_payload ON outbox(delivered_at) "
+        "WHERE status = 'delivered' AND payload <> '{}'",
         "CREATE INDEX turns_ended ON turns(ended_at) WHERE ended_at IS NOT NULL",
     ),
 )

@@ -19,9 +19,11 @@ from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError, Sto
 from hostkit.store import _owned, _sessions
 from hostkit.store._approvals import SqlApprovalStore
 from hostkit.store._attachments import SqlAttachmentStore, attached_refs, keep_attachments
+from hostkit.store._checks import check_reason
 from hostkit.store._context import SqlContextStore
 from hostkit.store._cores_sql import SqlCoreStore
 from hostkit.store._delivery_sql import SqlDeliveryStore
+from hostkit.store._erase import ErasedSession, erase_rows
 from hostkit.store._inbox_sql import SqlInboxStore
 from hostkit.store._inspect import SqlInspectQueries
 from hostkit.store._interface import RuntimeStore
@@ -282,6 +284,14 @@ class RowStore(RuntimeStore):
         return await self.read(
             lambda raw: _sessions.read_audit(raw, kind=kind, after_id=after_id, limit=limit)
         )
+
+    async def erase_session(
+        self, scope: PrincipalScope, session_id: str, reason: str
+    ) -> ErasedSession:
+        self._require_operator(scope)
+        why = check_reason(reason, "erasing a session")
+        session = check_key("session_id", session_id)
+        return await self.write(lambda raw: erase_rows(raw, scope, session, why))
 
     # -- owned queries ---------------------------------------------------------------
 

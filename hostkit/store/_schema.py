@@ -912,6 +912,11 @@ _V24_OWNER_SEARCH = Migration(
         "CREATE INDEX audit_session ON audit(session_id, id)",
         # ``hostkit sessions`` ranks by last activity: the sessions of the turns that
         # ended last are found by walking this, not every turn (store/_recent_sessions.py).
+        # Retention of delivered answers (DeliveryStore.prune): the rows past the horizon,
+        # and the payloads not cleared yet, oldest first, without reading the rest.
+        "CREATE INDEX outbox_delivered ON outbox(delivered_at) WHERE status = 'delivered'",
+        "CREATE INDEX outbox_delivered_payload ON outbox(delivered_at) "
+        "WHERE status = 'delivered' AND payload <> '{}'",
         "CREATE INDEX turns_ended ON turns(ended_at) WHERE ended_at IS NOT NULL",
     ),
 )

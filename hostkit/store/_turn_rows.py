@@ -41,7 +41,7 @@ from hostkit.store._context_rows import observe_step
 from hostkit.store._context_values import ObservedStep
 from hostkit.store._delivery_rows import approval_prompt, insert_intents
 from hostkit.store._json import canonical_json
-from hostkit.store._owned import now, owner_predicate
+from hostkit.store._owned import next_message_seq, now, owner_predicate
 from hostkit.store._rebound import unanswerable, void_if_rebound
 from hostkit.store._turn_values import (
     CarriedContext,
@@ -850,10 +850,10 @@ def insert_message(
             keep_attachments(conn, str(owner[0]), refs, required=False)
     (row,) = conn.execute(
         "INSERT INTO messages (message_id, session_id, seq, role, content, turn_id, created_at) "
-        "VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?), "
-        "?, ?, ?, ?) RETURNING seq",
+        f"VALUES (?, ?, {next_message_seq('?')}, ?, ?, ?, ?) RETURNING seq",
         [
             new_id("msg"),
+            session_id,
             session_id,
             session_id,
             message.role,

@@ -94,6 +94,8 @@ class DeliveryIntent:
     intent is a turn's (``turn_id``) or, for the reply to a channel command
     (a code that matched nothing, a refused answer, any answer to a button
     press), its inbound's (``inbound_id``): exactly one is set.
+    ``payload_pruned`` says retention (or an erased session) removed the
+    payload of a delivered intent: ``payload`` is then empty.
     """
 
     intent_id: str
@@ -109,6 +111,7 @@ class DeliveryIntent:
     delivered_at: float | None = None
     requeues: int = 0
     inbound_id: str | None = None
+    payload_pruned: bool = False
 
     def __post_init__(self) -> None:
         for name in ("intent_id", "session_id"):

@@ -128,3 +128,16 @@ async def test_doctor_reads_while_another_process_holds_the_write_lock(project: 
         conn.close()
     assert code == 0, (lines, err)
     assert line(lines, "store:").startswith("ok")
+
+
+async def test_doctor_shows_the_database_size_and_the_migration_backups(project: Path) -> None:
+    code, lines, _ = await doctor(project, DOCTOR_OPENAI_KEY=SECRET, DOCTOR_HOOK_SECRET=SECRET)
+    assert code == 0
+    size = line(lines, "size:")
+    assert size.startswith("ok")
+    assert "MiB (WAL included), no migration backups" in size
+    (project / "hostkit.db.v21.backup").write_bytes(b"\0" * 3 * 1024 * 1024)
+    code, lines, _ = await doctor(project, DOCTOR_OPENAI_KEY=SECRET, DOCTOR_HOOK_SECRET=SECRET)
+    assert code == 0
+    size = line(lines, "size:")
+    assert "1 migration backup 3.0 MiB beside it (hostkit.db.v21.backup)" in size

@@ -89,7 +89,13 @@ async def test_migration_13_makes_legacy_intents_due_from_their_creation(tmp_pat
                 )
             }
         )
-    assert set(indexes) == {"outbox_due", "outbox_dead", "outbox_session_due"}
+    assert set(indexes) == {
+        "outbox_due",
+        "outbox_dead",
+        "outbox_session_due",
+        "outbox_delivered",
+        "outbox_delivered_payload",
+    }
     assert "WHERE status IN ('pending', 'sending')" in indexes["outbox_due"]
     assert "WHERE status IN ('pending', 'sending')" in indexes["outbox_session_due"]
     assert "WHERE status = 'dead_lettered'" in indexes["outbox_dead"]

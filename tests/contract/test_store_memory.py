@@ -579,3 +579,29 @@ async def test_bad_provenance_is_refused_and_nothing_is_stored(
     with pytest.raises(InvalidValue, match=r"memory (session_id|turn_id)"):
         await memory.remember(agent=AGENT, owner="alice", text="traced", **provenance)
     assert await memory.list_items(agent=AGENT, owner="alice") == ()
+
+
+@pytest.mark.sqlite_only("the FTS5 shadow table memory_fts_data of the SQLite file")
+@pytest.mark.parametrize("forget_all", [False, True], ids=["forget", "forget_all"])
+async def test_a_forgotten_items_words_leave_the_full_text_index_at_once(
+    sut: StoreUnderTest, forget_all: bool
+) -> None:
+    memory = sut.store.memory
+    # Several segments, as a store that has served a while has: an FTS5 delete alone
+    # leaves the forgotten tokens in them until later writes merge them.
+    for i in range(5):
+        await memory.remember(agent=AGENT, owner=f"u{i}", text=f"user {i} likes green tea")
+    item = await memory.remember(agent=AGENT, owner="alice", text="passport ZEBRAFISH")
+    await memory.remember(agent=AGENT, owner="bob", text="bob likes tea")
+
+    def holding(conn: Any) -> int:
+        sql = "SELECT count(*) FROM memory_fts_data WHERE instr(block, CAST(? AS BLOB)) > 0"
+        return int(conn.execute(sql, ["zebrafish"]).fetchone()[0])
+
+    assert await sut.store.read(holding) > 0
+    if forget_all:
+        assert await memory.forget_all(agent=AGENT, owner="alice") == 1
+    else:
+        await memory.forget(agent=AGENT, owner="alice", item_id=item.item_id)
+    assert await sut.store.read(holding) == 0
+    assert await texts(memory, "tea", owner="bob") == ["bob likes tea"]

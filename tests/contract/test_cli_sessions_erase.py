@@ -1,0 +1,97 @@
+"""`hostkit sessions erase SESSION_ID --reason TEXT`: one session's content, erased.
+
+The turns are real (a Host with a scripted model ran them on the project's database);
+the CLI runs in-process (``CliRunner``, no terminal on stdin). The erase needs a reason
+and, off a terminal, ``--yes``; it writes one ``session.erased`` audit row. Bad input is
+one bounded line and exit status 2, and nothing is erased.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.store import RuntimeStore
+from hostkit.testing import Reply, ScriptedModel
+from hostkit.types import TurnResult
+from tests.contract.test_clause_cli_inbox_delivery import run_here
+from tests.contract.test_cli_inbox import CONFIG
+from tests.hosts import open_host, request
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "PASSPORT-X7Q4-ZEBRAFISH"
+
+
+@pytest.fixture
+async def turn(tmp_path: Path) -> TurnResult:
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(CONFIG)
+    async with open_host(tmp_path, ScriptedModel([Reply(f"noted {SECRET}")])) as host:
+        return await host.turns.run(request(f"my passport is {SECRET}"))
+
+
+async def transcript(tmp_path: Path, session_id: str) -> int:
+    async with await RuntimeStore.open(tmp_path / "hostkit.db") as store:
+        row = await store.read(
+            lambda c: c.execute(
+                "SELECT count(*) FROM messages WHERE session_id = ?", [session_id]
+            ).fetchone()
+        )
+    return int(row[0])
+
+
+async def test_erase_empties_the_session_and_says_what_it_did(
+    tmp_path: Path, turn: TurnResult
+) -> None:
+    code, out, err = await run_here(
+        "sessions",
+        "erase",
+        turn.session_id,
+        "--reason",
+        "alice asked to be forgotten",
+        "--yes",
+        cwd=tmp_path,
+        columns=200,
+    )
+    said = out + err
+    assert code == 0, said
+    assert f"erased session {turn.session_id}: 1 turns" in said
+    assert SECRET not in said
+    assert await transcript(tmp_path, turn.session_id) == 0
+    # The listing still works, and still shows the session (its turn is a tombstone).
+    code, out, _ = await run_here("sessions", "--json", cwd=tmp_path, columns=200)
+    assert code == 0
+    assert turn.session_id in out
+    assert SECRET not in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--yes",), "--reason is required"),
+        (("--reason", "why"), "add --yes"),
+        (("--reason", "x" * 600, "--yes"), "--reason is at most"),
+    ],
+    ids=["no-reason", "no-yes-off-a-terminal", "long-reason"],
+)
+async def test_bad_input_is_one_line_and_nothing_is_erased(
+    tmp_path: Path, turn: TurnResult, args: tuple[str, ...], message: str
+) -> None:
+    code, out, err = await run_here(
+        "sessions", "erase", turn.session_id, *args, cwd=tmp_path, columns=200
+    )
+    assert code == 2
+    assert message in out + err
+    assert len((out + err).strip().splitlines()) == 1
+    assert await transcript(tmp_path, turn.session_id) == 2
+
+
+async def test_an_unknown_session_is_not_found(tmp_path: Path, turn: TurnResult) -> None:
+    code, out, err = await run_here(
+        "sessions", "erase", "ses_nothing", "--reason", "why", "--yes", cwd=tmp_path
+    )
+    assert code == 2
+    assert "session not found" in out + err
+    assert await transcript(tmp_path, turn.session_id) == 2
