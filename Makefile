@@ -111,11 +111,13 @@ test-fast: install bytecode
 
 # The tests (tests/kernel drives both kernels itself), then the notebooks on the pinned
 # kernel and again on the oldest supported ipykernel. tests/browser is opt-in (browser-test).
-# Two workers: tests one at a time with work stealing (a few long files no longer leave a
-# worker idle at the end), notebooks one file each (a notebook's cells share one kernel, in
-# order). The type checker is single-threaded and the test workers leave part of a core idle
-# (subprocesses, loopback servers), so it runs beside them. CI stays under 15 minutes on 2
-# cores.
+# Three test workers on two cores: with two, a third of the cores' time went idle (a
+# quiet run: 1,603 s of CPU in 1,246 s), since most tests wait on the processes they start
+# (about a thousand CLI and serve processes a run), on fsync and on timeouts they provoke.
+# Tests one at a time with work stealing (a few long files no longer leave a worker idle at
+# the end); notebooks on two workers, one file each (a notebook's cells share one kernel, in
+# order). The type checker is single-threaded, so it runs beside them. CI stays under 15
+# minutes on 2 cores.
 # HOSTKIT_REQUIRE (tests/parts.py): a system part named there fails its tests when missing
 # instead of skipping them. `installed` names each part a target above installed or found:
 # PostgreSQL's server binaries, bwrap, the local extra (whose GGUF $(STAMP) pulled); the
@@ -127,7 +129,7 @@ test: $(OLDEST_SPEC) bytecode
 	$(BIN)/ruff format --check hostkit tests bench
 	$(BIN)/lint-imports
 	@$(BIN)/mypy > .mypy-report 2>&1 & typing=$$!; \
-	HOSTKIT_REQUIRE=oldest-kernel,installed $(BIN)/python -m pytest -n 2 --dist worksteal --durations=25 \
+	HOSTKIT_REQUIRE=oldest-kernel,installed $(BIN)/python -m pytest -n 3 --dist worksteal --durations=25 \
 	    --ignore=tests/browser tests; tests=$$?; \
 	wait $$typing; typed=$$?; echo '$(BIN)/mypy'; cat .mypy-report; rm -f .mypy-report; \
 	test $$tests = 0 && test $$typed = 0
