@@ -24,6 +24,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
     │   ├── RequestConflict        a request id reused for a different request
     │   └── AttachmentRefused      the turn's provider does not accept an attachment's type
     ├── TurnInProgress             a repeated request whose first turn is still running
+    ├── DeliveryInProgress         an answer of the session is being sent now (erase waits)
     ├── ApprovalClosed             the Host shut down while an approval was pending
     ├── StateConflict              an authored state set whose expected version is not current
     └── RuntimeFailure             the runtime could not do its job
@@ -64,6 +65,7 @@ __all__ = [
     "ConfigError",
     "ContextOverflow",
     "DatabaseReplaced",
+    "DeliveryInProgress",
     "DeliveryRefused",
     "HostkitError",
     "InboxFull",
@@ -400,6 +402,23 @@ class TurnInProgress(HostkitError):
         self.running_since = running_since
         self.retry_at = retry_at
         super().__init__(f"turn {bounded(turn_id, 80)} for this request is still running")
+
+
+class DeliveryInProgress(HostkitError):
+    """An answer of the session is being sent right now: an erase waits for the send.
+
+    Retryable: a send ends within its claim's lease (seconds); erase again then.
+    Erasing it mid-send would record as never sent what the platform received.
+    """
+
+    retryable = True
+
+    def __init__(self, intent_id: str) -> None:
+        self.intent_id = intent_id
+        super().__init__(
+            f"delivery intent {bounded(intent_id, 80)} of this session is being sent now; "
+            "erase again in a few seconds"
+        )
 
 
 class ApprovalClosed(HostkitError):

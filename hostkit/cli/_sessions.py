@@ -12,6 +12,8 @@ A session with a turn still running is refused; erase it once the turn ended.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -36,6 +38,19 @@ from hostkit.inspect import activity_rows, printable
 
 __all__ = ["sessions"]
 
+# Rows listed unless --limit says otherwise.
+_LIMIT = 50
+
+
+@dataclass(frozen=True, slots=True)
+class _Given:
+    """The options said before a subcommand (``hostkit sessions -c X erase ...``)."""
+
+    config: Path | None
+    operator: str
+    reason: str | None
+
+
 sessions = typer.Typer(
     help="List sessions, most recent activity first; erase one session's content "
     "(operator authority; audited).",
@@ -46,7 +61,7 @@ sessions = typer.Typer(
 def list_sessions(
     ctx: typer.Context,
     reason: Reason = None,
-    limit: Annotated[int, typer.Option(min=1, max=499)] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=499)] = _LIMIT,
     json_: JsonOption = False,
     operator: Operator = "cli",
     config: ConfigOption = None,
@@ -56,6 +71,11 @@ def list_sessions(
     Operator authority; the reason is audited.
     """
     if ctx.invoked_subcommand is not None:
+        # Said before the subcommand, these are its: a config or operator given there and
+        # dropped would erase another project's session, or audit the wrong operator.
+        if limit != _LIMIT or json_:
+            raise fail(InvalidValue("--limit and --json list sessions; erase takes neither"))
+        ctx.obj = _Given(config=config, operator=operator, reason=reason)
         return
 
     async def main() -> None:
@@ -80,6 +100,7 @@ def list_sessions(
 
 @sessions.command("erase")
 def erase(
+    ctx: typer.Context,
     session_id: Annotated[
         str, typer.Argument(help="the session (see hostkit sessions)", show_default=False)
     ],
@@ -93,7 +114,10 @@ def erase(
     config: ConfigOption = None,
 ) -> None:
     """Erase a session's content, keeping id-only tombstones; the reason is audited."""
-    reason = required_reason(reason, "say why this session is erased")
+    given = ctx.obj if isinstance(ctx.obj, _Given) else _Given(None, "cli", None)
+    config = config if config is not None else given.config
+    operator = operator if operator != "cli" else given.operator
+    reason = required_reason(reason or given.reason, "say why this session is erased")
     shown = printable(session_id[:80])
     if not yes:
         if not stdin_is_a_terminal():

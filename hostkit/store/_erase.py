@@ -34,7 +34,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hostkit.errors import NotFoundOrUnauthorized, TurnInProgress
+from hostkit.errors import DeliveryInProgress, NotFoundOrUnauthorized, TurnInProgress
 from hostkit.store._approval_rows import void_session
 from hostkit.store._attachments import attached_refs
 from hostkit.store._context_rows import read_summary, upsert_summary
@@ -43,6 +43,7 @@ from hostkit.store._delivery import PRUNED_PAYLOAD
 from hostkit.store._json import canonical_json
 from hostkit.store._owned import now
 from hostkit.store._sessions import insert_audit
+from hostkit.types import is_attachment_ref
 
 if TYPE_CHECKING:
     from hostkit.types import PrincipalScope
@@ -98,6 +99,12 @@ def erase_rows(
     ).fetchone()
     if running is not None:
         raise TurnInProgress(str(running[0]))
+    sending = conn.execute(
+        "SELECT intent_id FROM outbox WHERE session_id = ? AND status = 'sending' LIMIT 1",
+        [session_id],
+    ).fetchone()
+    if sending is not None:
+        raise DeliveryInProgress(str(sending[0]))
     attachments = _erase_attachments(conn, session_id)
     _cut_history(conn, session_id)
     messages = conn.execute("DELETE FROM messages WHERE session_id = ?", [session_id]).rowcount
@@ -184,15 +191,19 @@ def _stripped(result: str) -> str | None:
 
 
 def _erase_intents(conn: sqlite3.Connection, session_id: str) -> int:
-    """Every intent of the session loses its payload; those not yet sent are dead letters."""
-    conn.execute(
-        "UPDATE outbox SET status = 'dead_lettered', next_attempt_at = NULL, last_error = ? "
-        "WHERE session_id = ? AND status IN ('pending', 'sending')",
-        [ERASED, session_id],
-    )
-    return conn.execute(
-        f"UPDATE outbox SET payload = '{PRUNED_PAYLOAD}' WHERE session_id = ?", [session_id]
+    """The session's intents that were never delivered go (pending ones would send an empty
+    message, dead letters could never be retried or cleared); delivered ones lose their
+    payload and stay as the record of what was sent. How many intents it touched."""
+    gone = conn.execute(
+        "DELETE FROM outbox WHERE session_id = ? AND status IN ('pending', 'dead_lettered')",
+        [session_id],
     ).rowcount
+    return (
+        gone
+        + conn.execute(
+            f"UPDATE outbox SET payload = '{PRUNED_PAYLOAD}' WHERE session_id = ?", [session_id]
+        ).rowcount
+    )
 
 
 def _erase_attachments(conn: sqlite3.Connection, session_id: str) -> int:
@@ -210,7 +221,29 @@ def _erase_attachments(conn: sqlite3.Connection, session_id: str) -> int:
         except ValueError:
             continue
         for ref in attached_refs(stored if isinstance(stored, dict) else None):
+            if _kept_elsewhere(conn, principal_id, ref, session_id):
+                continue
             removed += conn.execute(
                 "DELETE FROM attachments WHERE principal_id = ? AND ref = ?", [principal_id, ref]
             ).rowcount
     return removed
+
+
+def _kept_elsewhere(conn: sqlite3.Connection, principal_id: str, ref: str, session_id: str) -> bool:
+    """Whether the same bytes (one row per principal and digest) are still another
+    session's, or an upload a turn has not taken yet: only the person's own turns are read.
+    """
+    if not is_attachment_ref(ref):
+        return True  # not a ref a row could have: nothing of it is deleted
+    pending = conn.execute(
+        "SELECT 1 FROM attachments_pending WHERE principal_id = ? AND ref = ?",
+        [principal_id, ref],
+    ).fetchone()
+    if pending is not None:
+        return True
+    named = conn.execute(
+        "SELECT 1 FROM messages m JOIN turns t ON t.turn_id = m.turn_id "
+        "WHERE t.principal_id = ? AND m.session_id <> ? AND m.content LIKE ? LIMIT 1",
+        [principal_id, session_id, f"%{ref}%"],
+    ).fetchone()
+    return named is not None

@@ -20,7 +20,6 @@ from hostkit.store._context_rows import decode_decision, read_calibration, rows
 from hostkit.store._context_values import Calibration
 from hostkit.store._lease_rows import shown_status
 from hostkit.store._owned import OwnedKind, owner_predicate
-from hostkit.store._recent_sessions import recent_session_rows
 from hostkit.store._sessions import read_effect_audit
 from hostkit.types import AuditRecord, ContextDecision, PrincipalScope, SessionRecord
 
@@ -192,12 +191,7 @@ class InspectQueries(ABC):
     async def recent_sessions(
         self, scope: PrincipalScope, *, limit: int = 50
     ) -> tuple[SessionActivity, ...]:
-        """The scope's sessions, most recent activity first (at most ``limit``).
-
-        Its cost follows ``limit``, not the number of sessions and turns: the
-        candidates are the sessions of the newest turns and the newest sessions
-        (``_recent_sessions``).
-        """
+        """The scope's sessions, most recent activity first (at most ``limit``)."""
 
     @abstractmethod
     async def session_usage(
@@ -306,7 +300,19 @@ class SqlInspectQueries(InspectQueries):
         clock = self._clock
 
         def read(conn: sqlite3.Connection) -> tuple[SessionActivity, ...]:
-            found = recent_session_rows(conn, where, params, limit)
+            found = rows(
+                conn,
+                "SELECT s.session_id, s.created_at, s.status, s.title, o.owner_kind, "
+                "o.parent_session_id, o.parent_turn_id, lt.core_id AS agent, "
+                "lt.turn_id AS last_turn_id, lt.status AS last_outcome, "
+                "COALESCE(lt.ended_at, lt.started_at, s.created_at) AS last_activity, "
+                "(SELECT COUNT(*) FROM turns c WHERE c.session_id = s.session_id) AS turns "
+                "FROM sessions s JOIN session_owners o ON o.session_id = s.session_id "
+                "LEFT JOIN turns lt ON lt.id = "
+                "(SELECT MAX(n.id) FROM turns n WHERE n.session_id = s.session_id) "
+                f"WHERE {where} ORDER BY last_activity DESC, s.id DESC LIMIT ?",
+                [*params, limit],
+            )
             now_epoch = clock()
             return tuple(_activity(conn, row, now_epoch) for row in found)
 

@@ -257,18 +257,23 @@ def _items(raw: sqlite3.Connection, sql: str, params: list[object]) -> tuple[Mem
     )
 
 
-def _drop_forgotten_terms(raw: sqlite3.Connection) -> None:
-    """Merge the FTS5 index so a forgotten item's terms leave it now, in the same transaction.
+# FTS5's secure-delete option came with SQLite 3.42 (the library this process links).
+_SECURE_DELETE = sqlite3.sqlite_version_info >= (3, 42, 0)
 
-    An FTS5 delete only adds a tombstone segment: the item's tokens stay in the old
-    segments until enough later writes merge them (about thirty), and SQLite before 3.42
-    has no ``secure-delete`` option. ``optimize`` rewrites the index into one segment
-    without them; forgetting is rare, so its cost (the size of the index) is paid then.
-    PostgreSQL keeps no such residue: recall reads the ``tsvector`` column of the row,
-    which goes with it (its GIN entries are dead until vacuumed, never matched).
+
+def _delete_terms_securely(raw: sqlite3.Connection) -> None:
+    """Where SQLite has it (3.42+), make the deletes that follow remove an item's terms from
+    the FTS5 index at once, at a cost that follows the item (``secure-delete``).
+
+    Otherwise an FTS5 delete only adds a tombstone: the terms stay in older segments
+    until later writes merge them, as freed pages keep their bytes until a ``VACUUM``
+    (docs/store.md says how to purge both). A whole-index ``optimize`` per forget would
+    cost the size of every owner's index, on the one write lock, each time any
+    conversation's model calls ``memory.forget``. PostgreSQL keeps no such residue:
+    recall reads the row's ``tsvector``, which goes with the row.
     """
-    if not is_postgres(raw):
-        raw.execute("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')")
+    if not is_postgres(raw) and _SECURE_DELETE:
+        raw.execute("INSERT INTO memory_fts(memory_fts, rank) VALUES ('secure-delete', 1)")
 
 
 def _check_room(raw: sqlite3.Connection, agent: str, owner: str, adding: int) -> None:
@@ -405,6 +410,7 @@ class SqlMemoryStore(MemoryStore):
         said = self._asked(by, reason, owner, "memory item")
 
         def delete(raw: sqlite3.Connection) -> MemoryItem | None:
+            _delete_terms_securely(raw)
             found = _items(
                 raw,
                 "DELETE FROM memory_items WHERE id = ? AND agent = ? AND principal_id = ? "
@@ -413,7 +419,6 @@ class SqlMemoryStore(MemoryStore):
             )
             if not found:
                 return None
-            _drop_forgotten_terms(raw)
             if by is not None:
                 _audit(raw, by, said, agent, owner, found[0].item_id, 1, found[0].session_id)
             return found[0]
@@ -436,11 +441,10 @@ class SqlMemoryStore(MemoryStore):
         said = self._asked(by, reason, owner, "memory")
 
         def delete(raw: sqlite3.Connection) -> int:
+            _delete_terms_securely(raw)
             count = raw.execute(
                 "DELETE FROM memory_items WHERE agent = ? AND principal_id = ?", [agent, owner]
             ).rowcount
-            if count:
-                _drop_forgotten_terms(raw)
             if by is not None:
                 _audit(raw, by, said, agent, owner, None, count, None)
             return int(count)

@@ -507,7 +507,7 @@ _V10_MEMORY_PROVENANCE = Migration(
 
 _V11_SESSION_AUDIT = Migration(
     11,
-    "a session's audit rows by id; turns by end",
+    "a session's audit rows; delivered intents by time",
     (
         # SQLite's v24 twin, for ``hostkit effects audit SESSION``. Recall needs no change
         # here: memory_owner bounds the planner's cost to the owner's items, and no other
@@ -518,7 +518,6 @@ _V11_SESSION_AUDIT = Migration(
         "CREATE INDEX outbox_delivered ON outbox(delivered_at) WHERE status = 'delivered'",
         "CREATE INDEX outbox_delivered_payload ON outbox(delivered_at) "
         "WHERE status = 'delivered' AND payload <> '{}'",
-        "CREATE INDEX turns_ended ON turns(ended_at) WHERE ended_at IS NOT NULL",
     ),
 )
 

@@ -874,7 +874,7 @@ _V23_MEMORY_PROVENANCE = Migration(
 
 _V24_OWNER_SEARCH = Migration(
     24,
-    "memory search within one owner's items; a session's audit rows by id; turns by end",
+    "owner-scoped memory search; a session's audit rows; delivered intents by time",
     (
         # A recall matched the whole index and dropped other owners' items after ranking,
         # so its cost grew with everyone's memory. Each item now carries its owner's token
@@ -910,14 +910,11 @@ _V24_OWNER_SEARCH = Migration(
         # ``hostkit effects audit SESSION`` reads a session's newest rows: without this it
         # scanned the whole audit table (its kind prefix cannot use audit_kind).
         "CREATE INDEX audit_session ON audit(session_id, id)",
-        # ``hostkit sessions`` ranks by last activity: the sessions of the turns that
-        # ended last are found by walking this, not every turn (store/_recent_sessions.py).
         # Retention of delivered answers (DeliveryStore.prune): the rows past the horizon,
         # and the payloads not cleared yet, oldest first, without reading the rest.
         "CREATE INDEX outbox_delivered ON outbox(delivered_at) WHERE status = 'delivered'",
         "CREATE INDEX outbox_delivered_payload ON outbox(delivered_at) "
         "WHERE status = 'delivered' AND payload <> '{}'",
-        "CREATE INDEX turns_ended ON turns(ended_at) WHERE ended_at IS NOT NULL",
     ),
 )
 

@@ -20,6 +20,7 @@ from hostkit.types._attachment import (
     AttachmentSupport,
     check_content,
     content_ref,
+    is_attachment_ref,
     sanitize_name,
     stand_in,
 )
@@ -354,6 +355,7 @@ __all__ = [
     "encodable",
     "finite_seconds",
     "has_visible",
+    "is_attachment_ref",
     "is_channel_id",
     "is_core_id",
     "is_count",

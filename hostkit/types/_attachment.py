@@ -31,6 +31,7 @@ __all__ = [
     "AttachmentSupport",
     "check_content",
     "content_ref",
+    "is_attachment_ref",
     "sanitize_name",
     "stand_in",
 ]
@@ -45,6 +46,13 @@ IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 MEDIA_TYPES = IMAGE_TYPES | {"text/plain", "application/pdf"}
 
 _REF = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def is_attachment_ref(value: object) -> bool:
+    """Whether ``value`` is an attachment ref: ``sha256:`` and 64 lower-case hex digits."""
+    return isinstance(value, str) and _REF.fullmatch(value) is not None
+
+
 # Path separators and characters that mean something to a shell, a header or markup.
 _UNSAFE = re.compile(r'[\\/:*?"<>|`$;&\']')
 
@@ -85,7 +93,7 @@ class Attachment:
             or not 0 < self.size <= MAX_ATTACHMENT_BYTES
         ):
             raise InvalidTurnRequest(f"an attachment is 1-{MAX_ATTACHMENT_BYTES} bytes")
-        if not isinstance(self.ref, str) or not _REF.fullmatch(self.ref):
+        if not is_attachment_ref(self.ref):
             raise InvalidTurnRequest("an attachment ref is 'sha256:' and 64 hex digits")
 
     def to_json(self) -> dict[str, Any]:

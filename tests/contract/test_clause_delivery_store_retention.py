@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.errors import InvalidValue
+from hostkit.errors import DeliveryInProgress
 from hostkit.inbox import ChannelInbox, RetentionPolicy, RetentionSweeper
-from hostkit.types import DeliveryFailure
+from hostkit.types import ClaimedDelivery, DeliveryFailure
 from tests.contract._delivery_adapters import ADAPTERS, DeliveryUnderTest, open_delivery
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("adapter", ADAPTERS)]
@@ -97,21 +97,39 @@ async def test_the_sweeper_prunes_the_outbox_with_the_inbox_retention(
 async def test_an_erased_sessions_intents_lose_their_payload_and_are_never_sent(
     adapter: str, tmp_path: Path
 ) -> None:
+    """Never-delivered intents go with the erase (a pending one would send an empty message,
+    a dead letter could never be retried nor cleared from the serve's count); a delivered
+    one stays, without its payload; one being sent refuses the erase until the send ends."""
     async with open_delivery(adapter, tmp_path) as sut:
         session_id = await sut.store.create_session(owner_kind="system", principal_id="suite")
-        dead, pending = await sut.seed(2, session=session_id)
-        (claim,) = await sut.delivery.claim(
-            owner="suite", limit=1, lease_s=30.0, max_attempts=5, now=sut.later()
-        )
+        sent, dead, pending = await sut.seed(3, session=session_id)
+
+        async def claim_one() -> ClaimedDelivery:
+            (claim,) = await sut.delivery.claim(
+                owner="suite", limit=1, lease_s=30.0, max_attempts=5, now=sut.later()
+            )
+            return claim
+
+        await sut.delivery.delivered(await claim_one(), now=sut.later())
         await sut.delivery.failed(
-            claim, DeliveryFailure("permanent", "http_401"), retry_at=None, now=sut.later()
+            await claim_one(),
+            DeliveryFailure("permanent", "http_401"),
+            retry_at=None,
+            now=sut.later(),
+        )
+        sending = await claim_one()
+        with pytest.raises(DeliveryInProgress):
+            await sut.store.erase_session(sut.operator, session_id, "asked to")
+        assert (await sut.delivery.intent(sending.intent.intent_id)) is not None
+        await sut.delivery.failed(
+            sending, DeliveryFailure("transient", "http_503"), retry_at=sut.later(), now=sut.later()
         )
         erased = await sut.store.erase_session(sut.operator, session_id, "asked to")
-        assert erased.intents == 2
-        for intent_id in (dead, pending):
-            row = await sut.delivery.intent(intent_id)
-            assert row is not None
-            assert (row.status, row.payload, row.payload_pruned) == ("dead_lettered", {}, True)
+        assert erased.intents == 3
+        assert await sut.delivery.intent(dead) is None
+        assert await sut.delivery.intent(pending) is None
+        row = await sut.delivery.intent(sent)
+        assert row is not None
+        assert (row.status, row.payload, row.payload_pruned) == ("delivered", {}, True)
         assert await sut.delivery.next_due() is None
-        with pytest.raises(InvalidValue, match="payload was erased"):
-            await sut.delivery.retry(dead, reason="try again", actor="ops", now=sut.later())
+        assert await sut.delivery.dead_letters() == 0

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import anyio
 import pytest
+from typer.testing import CliRunner
 
+from hostkit.cli import app
 from hostkit.store import RuntimeStore
 from hostkit.testing import Reply, ScriptedModel
 from hostkit.types import TurnResult
@@ -95,3 +97,36 @@ async def test_an_unknown_session_is_not_found(tmp_path: Path, turn: TurnResult)
     assert code == 2
     assert "session not found" in out + err
     assert await transcript(tmp_path, turn.session_id) == 2
+
+
+def invoke_as_said(*args: str) -> tuple[int, str]:
+    """The CLI with exactly these arguments (``run_here`` adds ``--config`` at the end)."""
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+    return result.exit_code, result.stdout + result.stderr
+
+
+async def test_options_said_before_erase_are_the_erases(tmp_path: Path, turn: TurnResult) -> None:
+    """``hostkit sessions -c X --operator O erase ...`` erases in X's database and audits
+    O: options said before the subcommand are not dropped (another project's session, the
+    wrong operator in the audit); the listing's own options are refused there."""
+    config = str(tmp_path / "hostkit.toml")
+    refused = ("sessions", "-c", config, "--limit", "3", "erase", turn.session_id)
+    code, said = await anyio.to_thread.run_sync(
+        lambda: invoke_as_said(*refused, "--reason", "x", "--yes")
+    )
+    assert code == 2
+    assert "erase takes neither" in said
+    assert await transcript(tmp_path, turn.session_id) == 2
+    before = ("sessions", "-c", config, "--operator", "alice-oncall", "--reason", "gdpr 42")
+    code, said = await anyio.to_thread.run_sync(
+        lambda: invoke_as_said(*before, "erase", turn.session_id, "--yes")
+    )
+    assert code == 0, said
+    assert await transcript(tmp_path, turn.session_id) == 0
+    async with await RuntimeStore.open(tmp_path / "hostkit.db") as store:
+        row = await store.read(
+            lambda c: c.execute(
+                "SELECT principal_id, reason FROM audit WHERE kind = 'session.erased'"
+            ).fetchone()
+        )
+    assert tuple(row) == ("operator:alice-oncall", "gdpr 42")

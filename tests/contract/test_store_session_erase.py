@@ -16,7 +16,7 @@ from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError, Tur
 from hostkit.host import Host
 from hostkit.store import MAX_REASON, ErasedSession
 from hostkit.testing import Reply, ScriptedModel
-from hostkit.types import ModelRequest
+from hostkit.types import AttachmentSupport, ConversationFacts, ModelRequest
 from tests.hosts import open_host, request
 
 pytestmark = pytest.mark.anyio
@@ -125,3 +125,33 @@ async def test_erasing_needs_an_operator_a_reason_and_a_known_idle_session(
         )
         assert kept[0] >= 2
         assert await host.store.read_audit(scope, kind="session.erased") == ()
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(40))
+
+
+async def test_bytes_another_session_still_names_are_kept(tmp_path: Path) -> None:
+    """One attachment row per person and digest: the same image sent in two conversations
+    is one row. Erasing one session deletes only what no other session of that person
+    names: the other still reads its image and sends it to the model."""
+    model = ScriptedModel(
+        [Reply("a chart")], repeat_last=True, attachments=AttachmentSupport({"image/png"})
+    )
+    async with open_host(tmp_path, model) as host:
+        sessions: dict[str, str] = {}
+        for conversation in ("c1", "c2"):
+            facts = ConversationFacts(
+                channel="test", conversation_key=conversation, principal_key="alice"
+            )
+            png = await host.attachments.add(facts, PNG, name="a.png", media_type="image/png")
+            turn = await host.turns.run(
+                request("what is this?", conversation=conversation, attachments=(png,))
+            )
+            sessions[conversation] = turn.session_id
+        scope = await host.operator("ops", reason="erase one conversation")
+        erased = await host.store.erase_session(scope, sessions["c1"], "alice asked, c1 only")
+        assert erased.attachments == 0
+        kept = ConversationFacts(channel="test", conversation_key="c2", principal_key="alice")
+        assert await host.attachments.read(kept, png) == PNG
+        erased = await host.store.erase_session(scope, sessions["c2"], "and c2 now")
+        assert erased.attachments == 1
