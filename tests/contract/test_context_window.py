@@ -836,10 +836,19 @@ async def test_the_raw_estimate_is_the_whole_request_for_every_estimator_kind(
 
 
 def test_nothing_in_the_store_rewrites_or_deletes_transcript_rows() -> None:
-    """The window kept across reads relies on it: transcripts are append-only."""
+    """The window kept across reads relies on it: transcripts are append-only.
+
+    One exception: erasing a session deletes its transcript, and first commits an empty
+    summary whose cutoff covers every deleted row, in the same transaction; a cached
+    window sees its cutoff move and reads the session again (tests/contract/
+    test_store_session_erase.py checks the next turn's request holds nothing erased).
+    """
     root = Path(__file__).resolve().parents[2] / "hostkit" / "store"
     rewrite = re.compile(
         r"(UPDATE|DELETE\s+FROM|REPLACE\s+INTO|INSERT\s+OR\s+REPLACE\s+INTO)\s+messages\b", re.I
     )
     found = [path.name for path in root.glob("*.py") if rewrite.search(path.read_text())]
-    assert found == []
+    assert found == ["_erase.py"]
+    erase = (root / "_erase.py").read_text()
+    cut = erase.index("    _cut_history(conn, session_id)\n")
+    assert cut < erase.index('"DELETE FROM messages WHERE session_id = ?"')
