@@ -16,9 +16,10 @@ that existed. One ``session.erased`` audit row records who, why and how
 much, never the content.
 
 A turn still running in the session is refused (``TurnInProgress``): it
-would write its answer after the erase. Intents of the session not yet sent
-are dead-lettered as their payload goes, so nobody is sent an empty message;
-an operator's retry of one is refused.
+would write its answer after the erase; so is an answer being sent under a
+live claim (``DeliveryInProgress``: erased mid-send it would be recorded as
+never sent). Intents not known delivered are deleted, so nobody is sent an
+empty message and no dead letter is left that nobody could retry or clear.
 
 What this cannot reach: the memory items of the person (``memory forget``:
 memory belongs to the person, not to a session), terminal output files in
@@ -88,9 +89,10 @@ class ErasedSession:
 
 
 def erase_rows(
-    conn: sqlite3.Connection, scope: PrincipalScope, session_id: str, reason: str
+    conn: sqlite3.Connection, scope: PrincipalScope, session_id: str, reason: str, now_epoch: float
 ) -> ErasedSession:
-    """Erase ``session_id``'s content in the caller's transaction (see the module docstring)."""
+    """Erase ``session_id``'s content in the caller's transaction (see the module docstring);
+    ``now_epoch`` is the store's clock, which claims' leases are in."""
     if conn.execute("SELECT 1 FROM sessions WHERE session_id = ?", [session_id]).fetchone() is None:
         raise NotFoundOrUnauthorized("session")
     running = conn.execute(
@@ -99,9 +101,12 @@ def erase_rows(
     ).fetchone()
     if running is not None:
         raise TurnInProgress(str(running[0]))
+    # Only a live claim: a sender that died leaves its intent 'sending' until a delivery
+    # worker claims it again, which may never come (no serve running).
     sending = conn.execute(
-        "SELECT intent_id FROM outbox WHERE session_id = ? AND status = 'sending' LIMIT 1",
-        [session_id],
+        "SELECT intent_id FROM outbox WHERE session_id = ? AND status = 'sending' "
+        "AND next_attempt_at > ? LIMIT 1",
+        [session_id, now_epoch],
     ).fetchone()
     if sending is not None:
         raise DeliveryInProgress(str(sending[0]))
@@ -191,11 +196,13 @@ def _stripped(result: str) -> str | None:
 
 
 def _erase_intents(conn: sqlite3.Connection, session_id: str) -> int:
-    """The session's intents that were never delivered go (pending ones would send an empty
-    message, dead letters could never be retried or cleared); delivered ones lose their
-    payload and stay as the record of what was sent. How many intents it touched."""
+    """The session's intents not known delivered go (pending ones would send an empty
+    message, dead letters could never be retried or cleared, one 'sending' here has a
+    claim that lapsed: its sender is gone); delivered ones lose their payload and stay
+    as the record of what was sent. How many intents it touched."""
     gone = conn.execute(
-        "DELETE FROM outbox WHERE session_id = ? AND status IN ('pending', 'dead_lettered')",
+        "DELETE FROM outbox WHERE session_id = ? "
+        "AND status IN ('pending', 'sending', 'dead_lettered')",
         [session_id],
     ).rowcount
     return (
@@ -207,43 +214,68 @@ def _erase_intents(conn: sqlite3.Connection, session_id: str) -> int:
 
 
 def _erase_attachments(conn: sqlite3.Connection, session_id: str) -> int:
-    """Delete the attachments the session's messages carried, read before they go."""
+    """Delete the attachments only this session's messages carried, read before they go.
+
+    One row holds a person's bytes for every session that sent them, so a row stays
+    while anything else may need it: a message of another session (with or without a
+    turn) names its ref, an upload waits for its turn, or the person has a turn
+    running (its input, with its attachments, may not be written yet). Other sessions'
+    messages are read once for all of this session's refs.
+    """
     rows = conn.execute(
         "SELECT COALESCE(t.principal_id, o.principal_id), m.content FROM messages m "
         "LEFT JOIN turns t ON t.turn_id = m.turn_id "
         "LEFT JOIN session_owners o ON o.session_id = m.session_id WHERE m.session_id = ?",
         [session_id],
     ).fetchall()
-    removed = 0
+    carried: dict[tuple[str, str], None] = {}
     for principal_id, content in rows:
         try:
             stored = json.loads(content)
         except ValueError:
             continue
         for ref in attached_refs(stored if isinstance(stored, dict) else None):
-            if _kept_elsewhere(conn, principal_id, ref, session_id):
-                continue
-            removed += conn.execute(
-                "DELETE FROM attachments WHERE principal_id = ? AND ref = ?", [principal_id, ref]
-            ).rowcount
+            if principal_id is not None and is_attachment_ref(ref):
+                carried[(principal_id, ref)] = None
+    if not carried:
+        return 0
+    named = _named_elsewhere(conn, session_id, {ref for _, ref in carried})
+    removed = 0
+    for principal_id, ref in carried:
+        if ref in named or _held(conn, principal_id, ref):
+            continue
+        removed += conn.execute(
+            "DELETE FROM attachments WHERE principal_id = ? AND ref = ?", [principal_id, ref]
+        ).rowcount
     return removed
 
 
-def _kept_elsewhere(conn: sqlite3.Connection, principal_id: str, ref: str, session_id: str) -> bool:
-    """Whether the same bytes (one row per principal and digest) are still another
-    session's, or an upload a turn has not taken yet: only the person's own turns are read.
-    """
-    if not is_attachment_ref(ref):
-        return True  # not a ref a row could have: nothing of it is deleted
+def _named_elsewhere(conn: sqlite3.Connection, session_id: str, refs: set[str]) -> set[str]:
+    """Which of ``refs`` a message of another session names: one pass over the messages
+    that carry any attachment."""
+    named: set[str] = set()
+    found = conn.execute(
+        "SELECT content FROM messages WHERE session_id <> ? AND content LIKE '%sha256:%'",
+        [session_id],
+    )
+    for (content,) in found:
+        named.update(ref for ref in refs - named if ref in content)
+        if named == refs:
+            break
+    return named
+
+
+def _held(conn: sqlite3.Connection, principal_id: str, ref: str) -> bool:
+    """Whether an upload of the bytes waits for its turn, or the person has a turn running
+    (admitted, its input not written yet: the pending row is gone, the message not there)."""
     pending = conn.execute(
         "SELECT 1 FROM attachments_pending WHERE principal_id = ? AND ref = ?",
         [principal_id, ref],
     ).fetchone()
     if pending is not None:
         return True
-    named = conn.execute(
-        "SELECT 1 FROM messages m JOIN turns t ON t.turn_id = m.turn_id "
-        "WHERE t.principal_id = ? AND m.session_id <> ? AND m.content LIKE ? LIMIT 1",
-        [principal_id, session_id, f"%{ref}%"],
+    running = conn.execute(
+        "SELECT 1 FROM turns WHERE status = 'running' AND principal_id = ? LIMIT 1",
+        [principal_id],
     ).fetchone()
-    return named is not None
+    return running is not None

@@ -9,6 +9,13 @@ On SQLite the match itself is within the owner's items (their token in an
 FTS5 column no word can address), so a recall joins and ranks the owner's
 items alone, not every owner's matches (bm25 still weighs a word by the
 whole index, as before: counting its rows is the one cost left that grows).
+A forget deletes the row; on SQLite the FTS5 delete leaves the item's words in
+older index segments until later writes merge them, as a deleted row leaves
+bytes in freed pages. Neither an ``optimize`` per forget (a rewrite of every
+owner's index on the one write lock, at the model's call) nor FTS5's
+``secure-delete`` (it moves the table to a format SQLite before 3.42 cannot
+read: an operator's shell, a restored backup) is used: docs/store.md gives the
+purge that removes both.
 
 Anyone who can talk to an agent can make it store items, so each owner's
 items are bounded in number and total size; the bound is checked inside the
@@ -257,25 +264,6 @@ def _items(raw: sqlite3.Connection, sql: str, params: list[object]) -> tuple[Mem
     )
 
 
-# FTS5's secure-delete option came with SQLite 3.42 (the library this process links).
-_SECURE_DELETE = sqlite3.sqlite_version_info >= (3, 42, 0)
-
-
-def _delete_terms_securely(raw: sqlite3.Connection) -> None:
-    """Where SQLite has it (3.42+), make the deletes that follow remove an item's terms from
-    the FTS5 index at once, at a cost that follows the item (``secure-delete``).
-
-    Otherwise an FTS5 delete only adds a tombstone: the terms stay in older segments
-    until later writes merge them, as freed pages keep their bytes until a ``VACUUM``
-    (docs/store.md says how to purge both). A whole-index ``optimize`` per forget would
-    cost the size of every owner's index, on the one write lock, each time any
-    conversation's model calls ``memory.forget``. PostgreSQL keeps no such residue:
-    recall reads the row's ``tsvector``, which goes with the row.
-    """
-    if not is_postgres(raw) and _SECURE_DELETE:
-        raw.execute("INSERT INTO memory_fts(memory_fts, rank) VALUES ('secure-delete', 1)")
-
-
 def _check_room(raw: sqlite3.Connection, agent: str, owner: str, adding: int) -> None:
     """Refuse an item that would take the owner past the per-owner bounds.
 
@@ -410,7 +398,6 @@ class SqlMemoryStore(MemoryStore):
         said = self._asked(by, reason, owner, "memory item")
 
         def delete(raw: sqlite3.Connection) -> MemoryItem | None:
-            _delete_terms_securely(raw)
             found = _items(
                 raw,
                 "DELETE FROM memory_items WHERE id = ? AND agent = ? AND principal_id = ? "
@@ -441,7 +428,6 @@ class SqlMemoryStore(MemoryStore):
         said = self._asked(by, reason, owner, "memory")
 
         def delete(raw: sqlite3.Connection) -> int:
-            _delete_terms_securely(raw)
             count = raw.execute(
                 "DELETE FROM memory_items WHERE agent = ? AND principal_id = ?", [agent, owner]
             ).rowcount

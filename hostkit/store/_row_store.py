@@ -291,7 +291,8 @@ class RowStore(RuntimeStore):
         self._require_operator(scope)
         why = check_reason(reason, "erasing a session")
         session = check_key("session_id", session_id)
-        return await self.write(lambda raw: erase_rows(raw, scope, session, why))
+        clock = self.now
+        return await self.write(lambda raw: erase_rows(raw, scope, session, why, clock()))
 
     # -- owned queries ---------------------------------------------------------------
 

@@ -8,8 +8,10 @@ the inbox's ``RetentionPolicy``, and a pruned payload shows as pruned.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import anyio
 import pytest
 
 from hostkit.errors import DeliveryInProgress
@@ -133,3 +135,22 @@ async def test_an_erased_sessions_intents_lose_their_payload_and_are_never_sent(
         assert (row.status, row.payload, row.payload_pruned) == ("delivered", {}, True)
         assert await sut.delivery.next_due() is None
         assert await sut.delivery.dead_letters() == 0
+
+
+async def test_a_send_whose_claim_lapsed_does_not_keep_the_erase_waiting(
+    adapter: str, tmp_path: Path
+) -> None:
+    """A sender that died leaves its intent 'sending' until a delivery worker claims it
+    again, which may never come (no serve running): only a live claim holds the erase."""
+    async with open_delivery(adapter, tmp_path) as sut:
+        session_id = await sut.store.create_session(owner_kind="system", principal_id="suite")
+        (stuck,) = await sut.seed(1, session=session_id)
+        due = sut.later()
+        (claim,) = await sut.delivery.claim(
+            owner="gone", limit=1, lease_s=1.0, max_attempts=5, now=due
+        )
+        assert claim.intent.intent_id == stuck
+        await anyio.sleep(max(0.0, due + 1.2 - time.time()))  # its lease ends by the store's clock
+        erased = await sut.store.erase_session(sut.operator, session_id, "asked to")
+        assert erased.intents == 1
+        assert await sut.delivery.intent(stuck) is None

@@ -281,3 +281,47 @@ async def test_a_turn_admitted_while_the_sweep_runs_keeps_its_bytes(
     await runtime.attachments.reclaim(grace_s=0, limit=MAX_RECLAIM)
     for n, scope in enumerate(scopes):
         assert await present(runtime, scope, items[n]) == outcomes[n]
+
+
+# -- erasing a session: bytes another session may still need are kept --------------------
+
+
+async def _erase(runtime: RuntimeStore, ops: PrincipalScope, scope: PrincipalScope) -> int:
+    erased = await runtime.erase_session(ops, scope.session_id or "", "alice asked")
+    return erased.attachments
+
+
+async def test_an_erase_keeps_bytes_a_message_without_a_turn_names(
+    runtime: RuntimeStore, resolver: AuthorityResolver
+) -> None:
+    """``append_message`` writes transcript rows with no turn: they name the bytes too."""
+    ops = await resolver.operator_issuer().issue("ops", reason="erase one conversation")
+    first = await conversation(resolver, "c1", "alice")
+    second = await conversation(resolver, "c2", "alice")
+    item = await added(runtime, first, png(1))
+    content = ModelMessage("user", "see", attachments=(AttachmentPart(item),)).to_json()
+    for scope in (first, second):
+        await runtime.append_message(scope, scope.session_id or "", role="user", content=content)
+    assert await _erase(runtime, ops, first) == 0
+    assert await present(runtime, second, item)
+    assert await _erase(runtime, ops, second) == 1
+    assert not await present(runtime, second, item)
+
+
+async def test_an_erase_keeps_bytes_while_the_person_has_a_turn_running(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """A turn admitted with its input deferred (written after the core's input slot) holds
+    the bytes with no pending row and no message yet: they stay while it runs."""
+    ops = await resolver.operator_issuer().issue("ops", reason="erase one conversation")
+    first = await conversation(resolver, "c1", "alice")
+    second = await conversation(resolver, "c2", "alice")
+    item = await added(runtime, first, png(1))
+    content = ModelMessage("user", "see", attachments=(AttachmentPart(item),)).to_json()
+    await runtime.append_message(first, first.session_id or "", role="user", content=content)
+    admitted = await runtime.turns.admit(
+        carrying(second, item, deferred=True), owner=live, ttl_s=600
+    )
+    assert isinstance(admitted, Admitted)
+    assert await _erase(runtime, ops, first) == 0
+    assert await present(runtime, second, item)
