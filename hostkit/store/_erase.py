@@ -240,9 +240,10 @@ def _erase_attachments(conn: sqlite3.Connection, session_id: str) -> int:
     if not carried:
         return 0
     named = _named_elsewhere(conn, session_id, {ref for _, ref in carried})
+    running = _running_principals(conn, {principal_id for principal_id, _ in carried})
     removed = 0
     for principal_id, ref in carried:
-        if ref in named or _held(conn, principal_id, ref):
+        if ref in named or principal_id in running or _pending(conn, principal_id, ref):
             continue
         removed += conn.execute(
             "DELETE FROM attachments WHERE principal_id = ? AND ref = ?", [principal_id, ref]
@@ -265,17 +266,22 @@ def _named_elsewhere(conn: sqlite3.Connection, session_id: str, refs: set[str]) 
     return named
 
 
-def _held(conn: sqlite3.Connection, principal_id: str, ref: str) -> bool:
-    """Whether an upload of the bytes waits for its turn, or the person has a turn running
-    (admitted, its input not written yet: the pending row is gone, the message not there)."""
-    pending = conn.execute(
+def _pending(conn: sqlite3.Connection, principal_id: str, ref: str) -> bool:
+    """Whether an upload of the bytes waits for its turn."""
+    found = conn.execute(
         "SELECT 1 FROM attachments_pending WHERE principal_id = ? AND ref = ?",
         [principal_id, ref],
     ).fetchone()
-    if pending is not None:
-        return True
-    running = conn.execute(
-        "SELECT 1 FROM turns WHERE status = 'running' AND principal_id = ? LIMIT 1",
-        [principal_id],
-    ).fetchone()
-    return running is not None
+    return found is not None
+
+
+def _running_principals(conn: sqlite3.Connection, principals: set[str]) -> set[str]:
+    """Which of ``principals`` have a turn running (admitted, its input maybe not written
+    yet: its attachments' pending rows are gone and no message names them): read once."""
+    marks = ", ".join("?" * len(principals))
+    found = conn.execute(
+        f"SELECT DISTINCT principal_id FROM turns WHERE status = 'running' "
+        f"AND principal_id IN ({marks})",
+        sorted(principals),
+    )
+    return {str(row[0]) for row in found}
