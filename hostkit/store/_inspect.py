@@ -191,7 +191,8 @@ class InspectQueries(ABC):
     async def recent_sessions(
         self, scope: PrincipalScope, *, limit: int = 50
     ) -> tuple[SessionActivity, ...]:
-        """The scope's sessions, most recent activity first (at most ``limit``)."""
+        """The scope's sessions, most recent activity first, ties the newer session first
+        (at most ``limit``)."""
 
     @abstractmethod
     async def session_usage(
@@ -300,19 +301,7 @@ class SqlInspectQueries(InspectQueries):
         clock = self._clock
 
         def read(conn: sqlite3.Connection) -> tuple[SessionActivity, ...]:
-            found = rows(
-                conn,
-                "SELECT s.session_id, s.created_at, s.status, s.title, o.owner_kind, "
-                "o.parent_session_id, o.parent_turn_id, lt.core_id AS agent, "
-                "lt.turn_id AS last_turn_id, lt.status AS last_outcome, "
-                "COALESCE(lt.ended_at, lt.started_at, s.created_at) AS last_activity, "
-                "(SELECT COUNT(*) FROM turns c WHERE c.session_id = s.session_id) AS turns "
-                "FROM sessions s JOIN session_owners o ON o.session_id = s.session_id "
-                "LEFT JOIN turns lt ON lt.id = "
-                "(SELECT MAX(n.id) FROM turns n WHERE n.session_id = s.session_id) "
-                f"WHERE {where} ORDER BY last_activity DESC, s.id DESC LIMIT ?",
-                [*params, limit],
-            )
+            found = rows(conn, _RECENT_SESSIONS.format(where=where), [*params, limit])
             now_epoch = clock()
             return tuple(_activity(conn, row, now_epoch) for row in found)
 
@@ -393,6 +382,19 @@ class SqlInspectQueries(InspectQueries):
         return audits
 
 
+# The scope's sessions by last activity, with their turn counts (schema v25's columns,
+# kept by triggers with the turns): the walk of ``sessions_last_activity`` newest first
+# stops at the limit, and only the sessions shown have their newest turn read.
+_RECENT_SESSIONS = (
+    "SELECT s.session_id, s.created_at, s.status, s.title, o.owner_kind, "
+    "o.parent_session_id, o.parent_turn_id, lt.core_id AS agent, "
+    "lt.turn_id AS last_turn_id, lt.status AS last_outcome, s.last_activity, "
+    "s.turn_count AS turns "
+    "FROM sessions s JOIN session_owners o ON o.session_id = s.session_id "
+    "LEFT JOIN turns lt ON lt.id = "
+    "(SELECT MAX(n.id) FROM turns n WHERE n.session_id = s.session_id) "
+    "WHERE {where} ORDER BY s.last_activity DESC, s.id DESC LIMIT ?"
+)
 _TURN_COLUMNS = "t.session_id, t.turn_id, t.status, t.core_id, t.started_at"
 _USAGE_SUMS = (
     "u.provider, u.model, COUNT(*) AS steps, SUM(u.input_tokens) AS input_tokens, "

@@ -4,7 +4,8 @@ The tables, columns, keys, checks and indexes are SQLite's schema at its
 version 14, spelled for PostgreSQL: ``INTEGER`` is ``BIGINT`` (SQLite integers
 are 64-bit), ``REAL`` is ``DOUBLE PRECISION``, ``BLOB`` is ``BYTEA``, row ids are
 identity columns. What SQLite does with triggers and FTS5 is PostgreSQL's
-own here: owner rows are immutable through a trigger function, memory search
+own here: owner rows are immutable through a trigger function, a session's
+last activity and turn count follow its turns through another, memory search
 is a generated ``tsvector`` with a GIN index, and a new or re-readied inbound
 notifies ``hostkit_inbox`` so idle inbox workers wake (LISTEN/NOTIFY).
 
@@ -15,7 +16,7 @@ test_store_pg_schema.py`` compares both schemas column by column.
 
 from __future__ import annotations
 
-from hostkit.store._schema import Migration
+from hostkit.store._schema import LAST_ACTIVITY, TURN_COUNT, Migration
 
 __all__ = ["INBOX_CHANNEL", "PG_MIGRATIONS", "PG_SCHEMA_VERSION"]
 
@@ -521,6 +522,51 @@ _V11_SESSION_AUDIT = Migration(
     ),
 )
 
+_V12_SESSION_ACTIVITY = Migration(
+    12,
+    "sessions: last activity and turn count, kept with the turns; the recent-sessions index",
+    (
+        # SQLite's v25 twin: one trigger function does what SQLite's four triggers do.
+        "ALTER TABLE sessions ADD COLUMN last_activity TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE sessions ADD COLUMN turn_count BIGINT NOT NULL DEFAULT 0",
+        f"UPDATE sessions SET last_activity = {LAST_ACTIVITY}, turn_count = {TURN_COUNT}",
+        "CREATE INDEX sessions_last_activity ON sessions(last_activity, id)",
+        f"""CREATE FUNCTION hostkit_session_activity() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF TG_TABLE_NAME = 'sessions' THEN
+                UPDATE sessions SET last_activity = {LAST_ACTIVITY}, turn_count = {TURN_COUNT}
+                    WHERE id = NEW.id;
+            ELSIF TG_OP = 'INSERT' THEN
+                UPDATE sessions
+                    SET last_activity = {LAST_ACTIVITY}, turn_count = turn_count + 1
+                    WHERE session_id = NEW.session_id;
+            ELSIF TG_OP = 'DELETE' THEN
+                UPDATE sessions
+                    SET last_activity = {LAST_ACTIVITY}, turn_count = turn_count - 1
+                    WHERE session_id = OLD.session_id;
+            ELSIF OLD.session_id <> NEW.session_id THEN
+                UPDATE sessions
+                    SET last_activity = {LAST_ACTIVITY}, turn_count = turn_count - 1
+                    WHERE session_id = OLD.session_id;
+                UPDATE sessions
+                    SET last_activity = {LAST_ACTIVITY}, turn_count = turn_count + 1
+                    WHERE session_id = NEW.session_id;
+            ELSE
+                UPDATE sessions SET last_activity = {LAST_ACTIVITY}
+                    WHERE session_id = NEW.session_id;
+            END IF;
+            RETURN NULL;
+        END
+        $$""",
+        """CREATE TRIGGER sessions_activity_ai AFTER INSERT ON sessions
+        FOR EACH ROW EXECUTE FUNCTION hostkit_session_activity()""",
+        """CREATE TRIGGER turns_activity AFTER INSERT OR DELETE
+        OR UPDATE OF session_id, started_at, ended_at ON turns
+        FOR EACH ROW EXECUTE FUNCTION hostkit_session_activity()""",
+    ),
+)
+
 PG_MIGRATIONS: tuple[Migration, ...] = (
     _V1,
     _V2_APPROVAL_REVOCATIONS,
@@ -533,5 +579,6 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     _V9_ATTACHMENT_RECLAIM,
     _V10_MEMORY_PROVENANCE,
     _V11_SESSION_AUDIT,
+    _V12_SESSION_ACTIVITY,
 )
 PG_SCHEMA_VERSION = PG_MIGRATIONS[-1].version

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["APPLICATION_ID", "MIGRATIONS", "SCHEMA_VERSION", "Migration"]
+__all__ = [
+    "APPLICATION_ID",
+    "LAST_ACTIVITY",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "TURN_COUNT",
+    "Migration",
+]
 
 # PRAGMA application_id: "hkit". A non-empty database with another id is not ours.
 APPLICATION_ID = 0x686B6974
@@ -918,6 +925,53 @@ _V24_OWNER_SEARCH = Migration(
     ),
 )
 
+# A session's last activity, as ``hostkit sessions`` ranks it: its newest turn's end, or
+# its start while it runs, else the session's creation; and its turns, counted. SQL of an
+# UPDATE of ``sessions`` (the backfill, and a new session's insert trigger).
+LAST_ACTIVITY = (
+    "COALESCE((SELECT COALESCE(t.ended_at, t.started_at) FROM turns t "
+    "WHERE t.session_id = sessions.session_id ORDER BY t.id DESC LIMIT 1), sessions.created_at)"
+)
+TURN_COUNT = "(SELECT COUNT(*) FROM turns t WHERE t.session_id = sessions.session_id)"
+
+_V25_SESSION_ACTIVITY = Migration(
+    25,
+    "sessions: last activity and turn count, kept with the turns; the recent-sessions index",
+    (
+        # ``hostkit sessions`` (and every view that defaults to the latest session) ranked
+        # every session by its newest turn and counted every session's turns, on each
+        # call. Both are now columns the triggers below keep in the transaction that
+        # admits, ends (or ever moves or deletes) a turn; the list walks the index newest
+        # first, ties by the newer session, and stops at its limit, and a session of
+        # 300k turns costs what one of three does. The defaults are only for the ALTER: a
+        # new session's insert trigger sets both.
+        "ALTER TABLE sessions ADD COLUMN last_activity TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE sessions ADD COLUMN turn_count INTEGER NOT NULL DEFAULT 0",
+        f"UPDATE sessions SET last_activity = {LAST_ACTIVITY}, turn_count = {TURN_COUNT}",
+        "CREATE INDEX sessions_last_activity ON sessions(last_activity, id)",
+        f"""CREATE TRIGGER sessions_activity_ai AFTER INSERT ON sessions BEGIN
+            UPDATE sessions SET last_activity = {LAST_ACTIVITY}, turn_count = {TURN_COUNT}
+                WHERE id = new.id;
+        END""",
+        f"""CREATE TRIGGER turns_activity_ai AFTER INSERT ON turns BEGIN
+            UPDATE sessions SET last_activity = {LAST_ACTIVITY}, turn_count = turn_count + 1
+                WHERE session_id = new.session_id;
+        END""",
+        # A turn moved to another session (none is today) counts there, not here; a
+        # comparison is 1 or 0.
+        f"""CREATE TRIGGER turns_activity_au
+            AFTER UPDATE OF session_id, started_at, ended_at ON turns BEGIN
+            UPDATE sessions SET last_activity = {LAST_ACTIVITY}, turn_count = turn_count
+                    + (session_id = new.session_id) - (session_id = old.session_id)
+                WHERE session_id IN (old.session_id, new.session_id);
+        END""",
+        f"""CREATE TRIGGER turns_activity_ad AFTER DELETE ON turns BEGIN
+            UPDATE sessions SET last_activity = {LAST_ACTIVITY}, turn_count = turn_count - 1
+                WHERE session_id = old.session_id;
+        END""",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -943,5 +997,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V22_ATTACHMENT_RECLAIM,
     _V23_MEMORY_PROVENANCE,
     _V24_OWNER_SEARCH,
+    _V25_SESSION_ACTIVITY,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

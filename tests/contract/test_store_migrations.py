@@ -25,6 +25,10 @@ from hostkit.store import (
 )
 from hostkit.types import new_id
 from tests.contract._delivery_adapters import ROUTE, finish_routed_turns
+from tests.contract._session_history import (
+    assert_session_activity_backfilled,
+    seed_before_session_activity,
+)
 from tests.contract._store_adapters import (
     assert_memory_kept_untraced,
     assert_owner_search_backfilled,
@@ -626,3 +630,17 @@ async def test_v24_gives_every_old_item_its_owners_token_and_keeps_the_audit(
             lambda c: c.execute("INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')")
         )
         await assert_owner_search_backfilled(store, ids, session)
+
+
+@pytest.mark.sqlite_only("a v24 SQLite file built from a prefix of the SQLite migrations")
+async def test_v25_ranks_every_old_session_by_its_turns_as_the_old_list_did(
+    db_path: Path,
+) -> None:
+    """Each session's last activity and turn count are backfilled from its turns, so the
+    list is the one the statement that ranked every session gave, and the triggers keep
+    it so for the history that follows."""
+    async with await RuntimeStore.open(db_path, migrations=MIGRATIONS[:24]) as store:
+        before, clock = await seed_before_session_activity(store)
+    async with await RuntimeStore.open(db_path) as store:
+        assert (store.migration.from_version, store.migration.to_version) == (24, SCHEMA_VERSION)
+        await assert_session_activity_backfilled(store, before, clock)

@@ -48,6 +48,10 @@ from hostkit.store._pg_backup import dump_and_verify
 from hostkit.store._pg_migrate import PgMigrationReport
 from hostkit.store._pg_schema import PG_MIGRATIONS, PG_SCHEMA_VERSION
 from hostkit.store._sqlite import SqliteStore
+from tests.contract._session_history import (
+    assert_session_activity_backfilled,
+    seed_before_session_activity,
+)
 from tests.contract._store_adapters import (
     assert_memory_kept_untraced,
     assert_owner_search_backfilled,
@@ -795,3 +799,15 @@ async def test_v11_keeps_every_memory_item_and_audit_view(
     async with RuntimeStore.open_postgres(url) as store:
         assert store.migration == PgMigrationReport(10, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
         await assert_owner_search_backfilled(store, ids, session)
+
+
+async def test_v12_ranks_every_old_session_by_its_turns_as_the_old_list_did(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """The twin of SQLite's v25: the columns backfilled from the turns, the list kept."""
+    url = await postgres_cluster.create_database()
+    async with RuntimeStore.open_postgres(url, migrations=PG_MIGRATIONS[:11]) as store:
+        before, clock = await seed_before_session_activity(store)
+    async with RuntimeStore.open_postgres(url) as store:
+        assert store.migration == PgMigrationReport(11, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
+        await assert_session_activity_backfilled(store, before, clock)

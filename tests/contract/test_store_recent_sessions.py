@@ -4,35 +4,34 @@
 (``context``, ``budget``, ``effects audit``, ``latest_session``) read it. The
 ranking is the newest turn's end, or its start while it runs, else the
 session's creation; a long turn that ended after many short ones of other
-sessions started ranks by its end. Runs on SQLite and PostgreSQL (the store
-matrix), against the statement that ranks every session.
+sessions started ranks by its end. Since schema v25 it is a column kept by
+triggers with the turns, walked through its index: the rows are those the
+statement that ranked every session gave, on SQLite and PostgreSQL (the store
+matrix), for a fixed timeline, random histories and the store's own writers.
 """
 
 from __future__ import annotations
 
+import random
 import sqlite3
-from typing import Any
 
+import anyio
 import pytest
 
 from hostkit.authority import AuthorityResolver
-from hostkit.store import INTERRUPTED, RowStore, RuntimeStore
+from hostkit.store import Admitted, LeaseOwner, RowStore, RuntimeStore, TurnAdmission
+from hostkit.store._inspect import _RECENT_SESSIONS
 from hostkit.store._owned import owner_predicate
-from hostkit.types import PrincipalScope
+from hostkit.types import PrincipalScope, TurnResult, new_id
+from tests.contract._session_history import (
+    activity_columns,
+    every_session_ranked,
+    random_history,
+    ranked,
+)
 from tests.support import facts
 
 pytestmark = pytest.mark.anyio
-
-# The statement recent_sessions ran before it read candidates only: every session ranked.
-_EVERY_SESSION = (
-    "SELECT s.session_id, COALESCE(lt.ended_at, lt.started_at, s.created_at) AS last_activity, "
-    "lt.core_id AS agent, lt.status AS last_outcome, "
-    "(SELECT COUNT(*) FROM turns c WHERE c.session_id = s.session_id) AS turns "
-    "FROM sessions s JOIN session_owners o ON o.session_id = s.session_id "
-    "LEFT JOIN turns lt ON lt.id = "
-    "(SELECT MAX(n.id) FROM turns n WHERE n.session_id = s.session_id) "
-    "WHERE {where} ORDER BY last_activity DESC, s.id DESC LIMIT ?"
-)
 
 # (session, created minute, turns as (start, end or None while running) minutes), in the
 # order the sessions were created; turns are numbered in the order they started.
@@ -93,35 +92,16 @@ def _insert_turn(
     )
 
 
-async def _every_session_ranked(
-    store: RuntimeStore, scope: PrincipalScope, limit: int
-) -> list[tuple[Any, ...]]:
-    assert isinstance(store, RowStore)
-    where, params = owner_predicate(scope)
-    found = await store.read(
-        lambda conn: conn.execute(_EVERY_SESSION.format(where=where), [*params, limit]).fetchall()
-    )
-    return [tuple(row) for row in found]
-
-
-def recorded(outcome: str | None) -> str | None:
-    return "running" if outcome == INTERRUPTED else outcome
-
-
 async def test_the_ranking_is_the_one_every_session_ranked_gave(
     store: RuntimeStore, authority: AuthorityResolver, operator: PrincipalScope
 ) -> None:
     assert isinstance(store, RowStore)
     await store.write(_seed_timeline)
     for limit in (*range(1, len(_TIMELINE) + 2), 50):
-        shown = await store.inspect.recent_sessions(operator, limit=limit)
         # ses_i's turn was written running with no lease (the lease rule would end it): the
         # views show it interrupted where the old statement gave the recorded status.
-        got = [
-            (a.session.session_id, a.last_activity, a.agent, recorded(a.last_outcome), a.turns)
-            for a in shown
-        ]
-        assert got == await _every_session_ranked(store, operator, limit), limit
+        got = await ranked(store, operator, limit)
+        assert got == await every_session_ranked(store, operator, limit), limit
     latest = await store.inspect.recent_sessions(operator, limit=3)
     # The long turn's end; the session created last, tied with the start of the running
     # turn; legacy never shown.
@@ -143,7 +123,124 @@ async def test_a_conversation_sees_only_its_session(
         shown = await store.inspect.recent_sessions(chat, limit=limit)
         assert [(a.session.session_id, a.turns) for a in shown] == [(session_id, 1)]
         assert [a.session.session_id for a in shown] == [
-            row[0] for row in await _every_session_ranked(store, chat, limit)
+            row[0] for row in await every_session_ranked(store, chat, limit)
         ]
     (newest,) = await store.inspect.recent_sessions(operator, limit=1)
     assert newest.session.session_id == session_id
+
+
+async def _same_at_every_limit(store: RuntimeStore, scope: PrincipalScope) -> None:
+    total = len(await every_session_ranked(store, scope, 10_000))
+    for limit in sorted({*range(1, 12), *range(12, total + 2, 7), total, total + 1}):
+        assert await ranked(store, scope, limit) == await every_session_ranked(
+            store, scope, limit
+        ), limit
+    stored, computed = await activity_columns(store)
+    assert stored == computed
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_a_random_history_ranks_as_every_session_ranked(
+    store: RuntimeStore, operator: PrincipalScope, seed: int
+) -> None:
+    """Ties at every page boundary, a busy session, turns ended out of order, deleted and
+    moved; then sessions erased, and more history after the erase, erased sessions too."""
+    assert isinstance(store, RowStore)
+    rng = random.Random(seed)
+    clock = await store.write(lambda conn: random_history(conn, rng))
+    await _same_at_every_limit(store, operator)
+    idle = await store.read(
+        lambda conn: [
+            str(row[0])
+            for row in conn.execute(
+                "SELECT s.session_id FROM sessions s JOIN session_owners o "
+                "ON o.session_id = s.session_id WHERE o.owner_kind = 'operator' AND NOT EXISTS "
+                "(SELECT 1 FROM turns t WHERE t.session_id = s.session_id "
+                "AND t.status = 'running') ORDER BY s.id"
+            )
+        ]
+    )
+    for session_id in rng.sample(idle, 4):
+        await store.erase_session(operator, session_id, "a person asked to be forgotten")
+    await _same_at_every_limit(store, operator)
+    await store.write(lambda conn: random_history(conn, rng, start=clock, sessions=10))
+    await _same_at_every_limit(store, operator)
+
+
+async def test_the_stores_own_writers_rank_a_session_in_their_transactions(
+    store: RuntimeStore, authority: AuthorityResolver, operator: PrincipalScope
+) -> None:
+    """Admission ranks its session by the turn's start, the terminal commit by its end,
+    recovery by the end it writes; an erase keeps the ranking (the turns' times stay)."""
+    assert isinstance(store, RowStore)
+    owner = await anyio.to_thread.run_sync(LeaseOwner.current, "ranking-instance")
+    first, second = [await authority.for_conversation(facts(name)) for name in ("a", "b")]
+
+    async def admit(scope: PrincipalScope) -> Admitted:
+        turn_id = new_id("turn")
+        admitted = await store.turns.admit(
+            TurnAdmission(
+                turn_id=turn_id,
+                request_id=new_id("req"),
+                principal_id=scope.principal_id,
+                core_id="assistant",
+                core_revision="r1",
+                generation=1,
+                session=scope.session_id or "",
+                trace_id=new_id("trace"),
+            ),
+            owner=owner,
+            ttl_s=600.0,
+        )
+        assert isinstance(admitted, Admitted), admitted
+        return admitted
+
+    async def first_is(scope: PrincipalScope) -> None:
+        assert (await ranked(store, operator, 1))[0][0] == scope.session_id
+        await _same_at_every_limit(store, operator)
+
+    running = await admit(first)
+    await first_is(first)
+    later = await admit(second)
+    await first_is(second)
+    await store.turns.finish(
+        running.lease,
+        TurnResult(
+            request_id="req",
+            turn_id=running.lease.turn_id,
+            session_id=running.lease.session_id,
+            core_id="assistant",
+            core_revision="r1",
+            outcome="completed",
+            text="done",
+            durable_result_ref=running.lease.turn_id,
+            generation=1,
+        ),
+        event_seq=2,
+    )
+    await first_is(first)
+    (ended,) = await store.turns.recover(instance="ranking-instance")
+    assert ended.turn_id == later.lease.turn_id
+    await first_is(second)
+    await store.erase_session(operator, second.session_id or "", "a person asked")
+    await first_is(second)
+
+
+@pytest.mark.sqlite_only("SQLite's query plan")
+async def test_the_list_walks_the_activity_index_and_reads_only_the_rows_it_shows(
+    store: RuntimeStore, operator: PrincipalScope
+) -> None:
+    """Newest first down ``sessions_last_activity`` to the limit: no sort, no scan of the
+    sessions or turns; each shown session's newest turn is one index search."""
+    assert isinstance(store, RowStore)
+    await store.write(lambda conn: random_history(conn, random.Random(5)))
+    where, params = owner_predicate(operator)
+
+    def plan(conn: sqlite3.Connection) -> list[str]:
+        sql = f"EXPLAIN QUERY PLAN {_RECENT_SESSIONS.format(where=where)}"
+        return [str(row[3]) for row in conn.execute(sql, [*params, 50])]
+
+    lines = await store.read(plan)
+    assert lines[0] == "SCAN s USING INDEX sessions_last_activity", lines
+    assert not any("TEMP B-TREE" in line for line in lines), lines
+    assert [line for line in lines[1:] if line.startswith("SCAN")] == [], lines
