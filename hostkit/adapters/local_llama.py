@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import anyio
-import httpx
 from anyio.abc import Process
 
 from hostkit.adapters._llama_child import EXIT_NO_WHEEL
@@ -376,6 +375,8 @@ class LocalModel:
         return str(answer["address"]).rstrip("/")
 
     async def _poll_health(self) -> None:
+        import httpx  # with the first model served: the config's limits above need none
+
         # trust_env=False: a proxy from the environment must never see loopback traffic.
         async with httpx.AsyncClient(trust_env=False, timeout=HEALTH_REQUEST_TIMEOUT_S) as client:
             while True:

@@ -17,7 +17,7 @@ import shlex
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
@@ -49,11 +49,14 @@ from hostkit.cli._core_render import (
 )
 from hostkit.cli._render import command_line
 from hostkit.cli._turn import Waiting
-from hostkit.cores import DEPENDENCY_REVIEW_PREFIX, REVIEW_PREFIX, CoreRegistry, init_core
+from hostkit.cores import DEPENDENCY_REVIEW_PREFIX, REVIEW_PREFIX
 from hostkit.errors import HostkitError, InvalidValue, PromotionRefused
 from hostkit.host import Host, resolve_config
 from hostkit.inspect import one_line, printable
 from hostkit.types import CoreEvent, GateOutcome, is_core_id
+
+if TYPE_CHECKING:
+    from hostkit.cores import CoreRegistry
 
 __all__ = ["core", "cores_table"]
 
@@ -226,6 +229,8 @@ def init(
                 f"[cores.{chosen}]): choose another --id; nothing was written"
             )
         )
+    from hostkit.cores import init_core  # dulwich loads for the commands that need it
+
     try:
         sha = init_core(path, chosen, model=_model_for(document, file, model))
     except HostkitError as exc:

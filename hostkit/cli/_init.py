@@ -24,7 +24,6 @@ from rich.markup import escape
 
 from hostkit.cli._common import DEFAULT_CONFIG, console, enclosing_project, fail
 from hostkit.cli._render import command_line
-from hostkit.cores import CoreRepository, init_core
 from hostkit.errors import HostkitError, InvalidValue, MissingDependency, bounded
 from hostkit.host import DEFAULT_CORE_REF, check_provider_extras, load_config
 
@@ -145,6 +144,8 @@ def init(
                 "workspace; init elsewhere, or pass --force to do it anyway"
             )
         )
+    from hostkit.cores import init_core  # dulwich loads for the commands that need it
+
     workspace = project / STARTER_WORKSPACE
     starter_core = project / STARTER_CORE_PATH
     written = _Written()
@@ -188,6 +189,8 @@ async def _head_is_live(core: Path) -> bool:
     Only a hint for the next step printed (the store decides what runs); a
     repository that cannot be read is "not promoted", and the promote line says the rest.
     """
+    from hostkit.cores import CoreRepository
+
     try:
         repository = await CoreRepository.open(core)
         head = await repository.head()

@@ -39,7 +39,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
@@ -64,8 +64,11 @@ from hostkit.cli._loop_watch import watching_the_loop
 from hostkit.cli._serve_logs import LogFormat, serve_logging
 from hostkit.daemon import DaemonExit
 from hostkit.errors import ConfigError, HostkitError
-from hostkit.host import Agent, HostDaemon, ServeStatus
+from hostkit.host import Agent
 from hostkit.types import plural
+
+if TYPE_CHECKING:
+    from hostkit.host import HostDaemon, ServeStatus
 
 __all__ = ["StatusLine", "raise_open_file_limit", "serve", "status_text"]
 

@@ -3,8 +3,15 @@
 An Agent Core owns its manifest, slots and authored tools; the Host owns
 which commit is live (a ref in the core's repository it moves only after
 promotion gates), rolls it back, and pins every turn to one revision.
+
+What reads a core's Git repository (``CoreRepository``, ``CoreRegistry``, the
+mirror, ``init_core``) loads on first use: a Host without cores never imports
+dulwich.
 """
 
+import typing
+
+from hostkit import _lazy
 from hostkit.cores._imports import hold_package, import_parents, release_package
 from hostkit.cores._loaded import (
     MANIFEST_FILE,
@@ -28,9 +35,6 @@ from hostkit.cores._manifest import (
     manifest_error,
     policy_rules,
 )
-from hostkit.cores._mirror import heal_mirror, mirror_live
-from hostkit.cores._registry import CoreRegistry
-from hostkit.cores._repository import CommitInfo, CoreRepository
 from hostkit.cores._review import (
     DEPENDENCY_REVIEW_PREFIX,
     REVIEW_PREFIX,
@@ -47,9 +51,26 @@ from hostkit.cores._slots import (
     SlotName,
     SlotRuntime,
 )
-from hostkit.cores._starter import STARTER_TOOL, init_core, starter_files
 from hostkit.cores._state import CORE_SCOPE, StateHandle, StateRuntime, StateScopes
 from hostkit.cores._test_gate import TestSandbox
+
+if typing.TYPE_CHECKING:
+    from hostkit.cores._mirror import heal_mirror, mirror_live
+    from hostkit.cores._registry import CoreRegistry
+    from hostkit.cores._repository import CommitInfo, CoreRepository
+    from hostkit.cores._starter import STARTER_TOOL, init_core, starter_files
+
+# The names that load on first use, each with its module.
+_REPOSITORY = {
+    "CommitInfo": "hostkit.cores._repository",
+    "CoreRegistry": "hostkit.cores._registry",
+    "CoreRepository": "hostkit.cores._repository",
+    "STARTER_TOOL": "hostkit.cores._starter",
+    "heal_mirror": "hostkit.cores._mirror",
+    "init_core": "hostkit.cores._starter",
+    "mirror_live": "hostkit.cores._mirror",
+    "starter_files": "hostkit.cores._starter",
+}
 
 __all__ = [
     "BUILTIN_RULES",
@@ -105,3 +126,5 @@ __all__ = [
     "review_token",
     "starter_files",
 ]
+
+__getattr__ = _lazy.attributes(__name__, _REPOSITORY)

@@ -15,15 +15,17 @@ import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
 from hostkit.cores._manifest import CoreManifest, manifest_error, manifest_with_lines
-from hostkit.cores._repository import CoreRepository
 from hostkit.errors import ConfigError, bounded
 from hostkit.store import CoreStore
 from hostkit.types import is_core_id, is_revision
 
+if TYPE_CHECKING:
+    from hostkit.cores._repository import CoreRepository
 __all__ = [
     "GATES_DIR",
     "MANIFEST_FILE",
@@ -99,6 +101,8 @@ async def load_core(location: CoreLocation, revision: str, *, cores_root: Path) 
     """
     if not is_core_id(location.core_id):
         raise ConfigError(f"{bounded(location.core_id, 80)!r} is not a core id")
+    from hostkit.cores._repository import CoreRepository  # dulwich loads with a core
+
     repository = await CoreRepository.open(location.path)
     revision = await repository.resolve(revision)
     source = f"{location.core_id}@{revision[:12]}:{MANIFEST_FILE}"

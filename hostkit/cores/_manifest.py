@@ -21,7 +21,6 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from hostkit._unknown_keys import EXTRA_FORBIDDEN, reported_error, unknown_key
-from hostkit.cores._yaml import YamlProblem, parse_yaml
 from hostkit.effects import (
     MAX_MCP_SERVERS,
     EffectPolicy,
@@ -285,6 +284,8 @@ def manifest_with_lines(
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{source} is not UTF-8 text (bad byte at offset {exc.start})") from None
+    from hostkit.cores._yaml import YamlProblem, parse_yaml  # PyYAML loads with a manifest
+
     try:
         document, lines = parse_yaml(text)
     except YamlProblem as exc:

@@ -15,7 +15,6 @@ import json
 from collections.abc import Iterable
 
 from hostkit.cores._manifest import CoreManifest
-from hostkit.cores._yaml import YamlProblem, value_spans
 from hostkit.types import (
     MIN_SECRET,
     REDACTED,
@@ -70,6 +69,8 @@ def redact_manifest(text: str, secrets: tuple[str, ...]) -> str:
     Text that does not parse is returned as it is (its values were never read,
     so no secret of it is known; the literal redaction still runs over it).
     """
+    from hostkit.cores._yaml import YamlProblem, value_spans  # PyYAML loads with a manifest
+
     try:
         document, spans = value_spans(text)
     except (YamlProblem, RecursionError):

@@ -1,5 +1,12 @@
-"""Host composition: configuration, capability sources, generations and the Host itself."""
+"""Host composition: configuration, capability sources, generations and the Host itself.
 
+``HostDaemon`` and ``ServeStatus`` load on first use: the serving stack (uvicorn,
+Starlette, the channels) is not needed by a command line or script that only runs turns.
+"""
+
+import typing
+
+from hostkit import _lazy
 from hostkit.host._agent import Agent, PydanticOutput, load_agent
 from hostkit.host._artifacts import HostArtifacts
 from hostkit.host._attachments import HostAttachments
@@ -47,8 +54,10 @@ from hostkit.host._host import Host, TurnNotCompleted, resolve_config
 from hostkit.host._memory import StoreMemorySource, memory_tools
 from hostkit.host._memory_admin import HostMemory
 from hostkit.host._reload import ConfigWatcher, ReloadOutcome
-from hostkit.host._serve import HostDaemon, ServeStatus
 from hostkit.host._store import open_configured_store, store_exists
+
+if typing.TYPE_CHECKING:
+    from hostkit.host._serve import HostDaemon, ServeStatus
 
 __all__ = [
     "DEFAULT_CORE_REF",
@@ -107,3 +116,8 @@ __all__ = [
     "store_exists",
     "unknown_agent",
 ]
+
+
+__getattr__ = _lazy.attributes(
+    __name__, {"HostDaemon": "hostkit.host._serve", "ServeStatus": "hostkit.host._serve"}
+)

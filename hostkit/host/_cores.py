@@ -24,7 +24,6 @@ from hostkit.cores import (
     BUILTIN_RULES,
     CoreLocation,
     LoadedCore,
-    heal_mirror,
     live_core,
     policy_rules,
 )
@@ -96,6 +95,8 @@ async def compose_cores(
                     f"core {core_id!r} has no live revision; run `{_promote_command(core_id)}`"
                 )
             agents[core_id] = compile_core(config, core)
+            from hostkit.cores import heal_mirror  # dulwich loads with a configured core
+
             healed = await heal_mirror(location, core.revision)
             if healed is not None:
                 warnings.append(healed)

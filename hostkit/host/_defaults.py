@@ -23,16 +23,10 @@ from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel, ScriptSte
 from hostkit.builtins.files import WorkspaceScope, workspace_tools
 from hostkit.builtins.mcp import McpClientConnector
 from hostkit.builtins.process import ResourceLimits, SandboxPolicy
-from hostkit.builtins.web import UrlPolicy, web_tools
+from hostkit.builtins.web import UrlPolicy
 from hostkit.channels import short_secret
 from hostkit.context import DEFAULT_BOOTSTRAP_FILES, Estimator
-from hostkit.delivery import (
-    OutboundChannel,
-    SharedClient,
-    SlackChannel,
-    TelegramChannel,
-    WebhookChannel,
-)
+from hostkit.delivery import OutboundChannel
 from hostkit.effects import AuthoredTool, McpServer, SourcedTool, provider_name
 from hostkit.errors import ConfigError
 from hostkit.host._capabilities import (
@@ -58,6 +52,7 @@ from hostkit.types import AttachmentSupport, ModelRequest
 if TYPE_CHECKING:
     from hostkit.adapters.anthropic_messages import AnthropicProvider
     from hostkit.adapters.openai_chat import OpenAIChatProvider
+    from hostkit.delivery import SharedClient
 
 __all__ = [
     "ConfiguredChannels",
@@ -360,6 +355,8 @@ class DefaultToolSource:
             )
             add("builtin:files", [t for t in workspace_tools(scope) if t.name in agent.builtins])
         if "web.extract" in agent.builtins:
+            from hostkit.builtins.web import web_tools  # fetching loads only for an agent that does
+
             add(
                 "builtin:web",
                 web_tools(UrlPolicy(allow_private=frozenset(agent.url_allow_private))),
@@ -453,7 +450,7 @@ class ConfiguredChannels(AsyncResource):
     """
 
     def __init__(self, config: HostConfig, env: Mapping[str, str], *, require: bool = True):
-        self._client = SharedClient()
+        self._client: SharedClient | None = None
         self._channels: dict[str, OutboundChannel] = {}
         for channel_id, settings in config.channels.items():
             try:
@@ -470,6 +467,11 @@ class ConfiguredChannels(AsyncResource):
     ) -> OutboundChannel | None:
         if not settings.delivers:
             return None
+        # The adapters (and httpx) load with the first channel that sends.
+        from hostkit.delivery import SharedClient, SlackChannel, TelegramChannel, WebhookChannel
+
+        if self._client is None:
+            self._client = SharedClient()
         origin = settings.api_origin
         if settings.kind == "webhook":
             assert settings.deliver_url is not None
@@ -490,7 +492,8 @@ class ConfiguredChannels(AsyncResource):
         return self._channels.get(alias)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._client is not None:
+            await self._client.aclose()
 
 
 def channel_secret(env: Mapping[str, str], name: str | None, key: str) -> str:

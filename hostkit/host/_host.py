@@ -10,7 +10,7 @@ import os
 import weakref
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 from anyio.abc import AsyncResource
@@ -26,7 +26,7 @@ from hostkit.context import (
     Summarizer,
     WorkspaceBootstrap,
 )
-from hostkit.cores import CoreRegistry, LoadedCore
+from hostkit.cores import LoadedCore
 from hostkit.delivery import ChannelsClosing, DeliveryPolicy, DeliveryRuntime, OutboundChannel
 from hostkit.effects import (
     ApprovalProvider,
@@ -92,7 +92,6 @@ from hostkit.host._reload import (
     split_state,
     with_opened,
 )
-from hostkit.host._serve import HostDaemon
 from hostkit.host._store import open_configured_store
 from hostkit.inbox import ChannelInbox, InboxWorker, Route
 from hostkit.store import InboxLimits, LeaseOwner, RuntimeStore
@@ -109,10 +108,12 @@ from hostkit.types import (
     new_id,
 )
 
+if TYPE_CHECKING:
+    from hostkit.cores import CoreRegistry
+    from hostkit.host._serve import HostDaemon
+
 __all__ = ["Host", "TurnNotCompleted", "resolve_config"]
 
-# What ``Host.serve(**options)`` passes on: HostDaemon's keyword parameters.
-_DAEMON_OPTIONS = frozenset(inspect.signature(HostDaemon.__init__).parameters) - {"self", "host"}
 
 _log = logging.getLogger("hostkit.host")
 # aclose waits this long for an apply in progress before closing the generations anyway.
@@ -521,6 +522,8 @@ class Host(AsyncResource):
         live revision (running turns finish on theirs). The test gate runs a
         candidate's suite in the bubblewrap sandbox of agent processes.
         """
+        from hostkit.cores import CoreRegistry  # dulwich loads with the first core command
+
         return CoreRegistry(
             self.store,
             core_locations(self.declared_config),
@@ -1023,13 +1026,19 @@ class Host(AsyncResource):
         variable a channel names but the environment lacks is a ``ConfigError``
         here, before anything starts (docs/service.md).
         """
+        # The serving stack (uvicorn, Starlette, the channels) loads here, not with every
+        # command line that opens a Host.
+        from hostkit.host._serve import HostDaemon
+
         if self._closed:
             raise StoreClosed()
-        unknown = sorted(set(options) - _DAEMON_OPTIONS)
+        # What passes on: HostDaemon's keyword parameters.
+        accepted = frozenset(inspect.signature(HostDaemon.__init__).parameters) - {"self", "host"}
+        unknown = sorted(set(options) - accepted)
         if unknown:
             raise InvalidValue(
                 f"unknown serve option {bounded(', '.join(unknown), 100)}; "
-                f"the options are {', '.join(sorted(_DAEMON_OPTIONS))}"
+                f"the options are {', '.join(sorted(accepted))}"
             )
         return HostDaemon(self, **options)
 

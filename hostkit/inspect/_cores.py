@@ -13,12 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hostkit.cores import CoreRegistry, CoreStatus, RevisionInfo
+from hostkit.cores import CoreStatus, RevisionInfo
 from hostkit.inspect._source import bounded
 from hostkit.store import MAX_CORE_HISTORY, RuntimeStore
 from hostkit.types import CoreEvent, SessionPin
 
 if TYPE_CHECKING:
+    from hostkit.cores import CoreRegistry
     from hostkit.host import Host
 
 __all__ = ["CoreHistoryView", "PinRow", "core_history", "core_history_of"]

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 import anyio
 import ipywidgets as widgets
 
-from hostkit.cores import CoreRegistry
 from hostkit.errors import HostkitError, bounded
 from hostkit.freeze import thaw
 from hostkit.host import Host
@@ -42,6 +42,8 @@ from hostkit.notebook._theme import (
 from hostkit.store import RuntimeStore
 from hostkit.types import CoreEvent, GateOutcome
 
+if TYPE_CHECKING:
+    from hostkit.cores import CoreRegistry
 __all__ = ["CoreHistory", "short", "when"]
 
 # Deadline of one read (the registry reads Git off the loop; the store is one query each).

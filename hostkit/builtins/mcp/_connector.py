@@ -13,7 +13,7 @@ import anyio.to_thread
 
 from hostkit.builtins.mcp._launch import plan_launch
 from hostkit.builtins.process import DEFAULT_ENV_ALLOWLIST, SandboxPolicy
-from hostkit.builtins.web import PinnedConnections, UrlPolicy
+from hostkit.builtins.web import UrlPolicy
 from hostkit.effects import McpConnection, McpServerDeclaration
 from hostkit.freeze import FrozenMap
 
@@ -123,6 +123,8 @@ class McpClientConnector:
             link: StdioLink | HttpLink = StdioLink(launch, secrets=secrets)
         else:
             assert declaration.url is not None
+            from hostkit.builtins.web import PinnedConnections  # HTTP loads with its first server
+
             connections = await PinnedConnections.open(self._url_policy)
             try:
                 await connections.admit(declaration.url)

@@ -12,16 +12,33 @@ Inside, modules import one way only: ``_web`` (the tool) → ``_extract`` →
 ``_fetch`` → ``_urlpolicy`` → ``_errors``.
 """
 
+import typing
+
+from hostkit import _lazy
 from hostkit.builtins.web._errors import FetchError, UrlDenied
-from hostkit.builtins.web._extract import (
-    ExtractedPage,
-    ReadableText,
-    UnsupportedContent,
-    web_extract,
-)
-from hostkit.builtins.web._fetch import FetchResult, PinnedConnections, fetch
 from hostkit.builtins.web._urlpolicy import CheckedUrl, Resolver, UrlPolicy, ValidatedTarget
-from hostkit.builtins.web._web import web_tools
+
+if typing.TYPE_CHECKING:
+    from hostkit.builtins.web._extract import (
+        ExtractedPage,
+        ReadableText,
+        UnsupportedContent,
+        web_extract,
+    )
+    from hostkit.builtins.web._fetch import FetchResult, PinnedConnections, fetch
+    from hostkit.builtins.web._web import web_tools
+
+# Fetching (httpx, httpcore) loads on first use: a config naming a URL policy needs none.
+_FETCHING = {
+    "ExtractedPage": "hostkit.builtins.web._extract",
+    "ReadableText": "hostkit.builtins.web._extract",
+    "UnsupportedContent": "hostkit.builtins.web._extract",
+    "web_extract": "hostkit.builtins.web._extract",
+    "FetchResult": "hostkit.builtins.web._fetch",
+    "PinnedConnections": "hostkit.builtins.web._fetch",
+    "fetch": "hostkit.builtins.web._fetch",
+    "web_tools": "hostkit.builtins.web._web",
+}
 
 __all__ = [
     "CheckedUrl",
@@ -39,3 +56,6 @@ __all__ = [
     "web_extract",
     "web_tools",
 ]
+
+
+__getattr__ = _lazy.attributes(__name__, _FETCHING)

@@ -31,16 +31,22 @@ import re
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import anyio
-import httpx
 
 from hostkit.builtins.web._errors import FetchError, UrlDenied
 from hostkit.errors import ConfigError, bounded
 from hostkit.freeze import FrozenMap
 from hostkit.types import bounded_metadata, is_count, is_seconds
 
+if TYPE_CHECKING:
+    import httpx
+
 __all__ = ["CheckedUrl", "Resolver", "UrlPolicy", "ValidatedTarget"]
+
+# httpx loads with the first URL checked (each function below imports it): a Host whose
+# agents fetch nothing, or a command line reading its config, never needs it.
 
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 """``(host, port) -> addresses``: every answer for the name, as IP address strings."""
@@ -331,12 +337,16 @@ class UrlPolicy:
                 "the URL contains whitespace, control, backslash or unencodable characters",
                 reason="invalid",
             )
+        import httpx
+
         try:
             return self._parse_parts(url)
         except (httpx.InvalidURL, ValueError) as exc:  # UnicodeError is a ValueError
             raise UrlDenied("the URL is malformed", reason="invalid") from exc
 
     def _parse_parts(self, url: str) -> tuple[str, str, int, IPAddress | None, httpx.URL]:
+        import httpx
+
         match = _SCHEME_AUTHORITY.match(url)
         if match is None:
             raise UrlDenied("the URL must be absolute (scheme://host/...)", reason="invalid")
@@ -416,6 +426,8 @@ def _origin(scheme: str, host: str, port: int) -> str:
 
 
 def _join(base: httpx.URL, location: str) -> str:
+    import httpx
+
     try:
         return str(base.join(location))
     except (httpx.InvalidURL, ValueError) as exc:
@@ -486,6 +498,8 @@ def _canonical_host(v6: str | None, name: str | None) -> tuple[str, IPAddress | 
         return str(literal), literal
     assert name is not None
     if not name.isascii():
+        import httpx
+
         try:
             name = httpx.URL("http://placeholder/").copy_with(host=name).raw_host.decode("ascii")
         except (httpx.InvalidURL, UnicodeError) as exc:
