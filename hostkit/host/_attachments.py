@@ -55,8 +55,9 @@ class HostAttachments:
     the same answer as a ref that was never added. Limits:
     ``MAX_ATTACHMENT_BYTES`` each, ``MAX_ATTACHMENTS`` and
     ``MAX_TURN_ATTACHMENT_BYTES`` per turn; types: ``MEDIA_TYPES``, with
-    content that matches the declared type. Bytes no turn takes within
-    ``ATTACHMENT_GRACE_S`` of being added are reclaimed (``reclaim``).
+    content that matches the declared type. Bytes no session's turn or
+    transcript references within ``ATTACHMENT_GRACE_S`` of their latest add
+    are reclaimed (``reclaim``).
     """
 
     def __init__(self, *, store: RuntimeStore, authority: AuthorityResolver) -> None:
@@ -143,13 +144,15 @@ class HostAttachments:
     async def reclaim(
         self, *, grace_s: float = ATTACHMENT_GRACE_S, limit: int = RECLAIM_BATCH
     ) -> int:
-        """Delete up to ``limit`` attachments no turn took, added over ``grace_s`` ago.
+        """End up to ``limit`` uploads added over ``grace_s`` ago, deleting the
+        attachments no session references.
 
-        One bounded transaction; how many went. An attachment a turn was
-        admitted with is never deleted (whoever else added the same bytes);
-        one whose turn was refused, or that was never sent, goes after the
-        grace period. ``hostkit serve`` runs this in its "retention" daemon;
-        a Host that does not serve may call it now and then.
+        One bounded transaction; how many attachments went. One a session's turn
+        or transcript references is never deleted (an erase of the session
+        deletes it with the last reference); one whose turn was refused, or
+        that was never sent, goes after the grace period. ``hostkit serve`` runs
+        this in its "retention" daemon; a Host that does not serve may call it
+        now and then.
         """
         return await self._store.attachments.reclaim(grace_s=grace_s, limit=limit)
 

@@ -4,15 +4,25 @@ A row is keyed by ``(principal_id, ref)``: the same bytes added by two
 principals are two rows, so no principal can learn (or use) what another
 stored by guessing a digest.
 
-An attachment is *pending* (a row in ``attachments_pending``) from the moment
-it is added until a turn takes it: the admission of a turn carrying it
-deletes that row in its own transaction (and refuses the turn when the
-attachment is gone), as does any transcript write naming it. Turns and
-messages are never deleted, so a taken attachment is kept for good. One no
-turn ever took (its turn refused, never sent, or lost to a crash before
-admission) is reclaimed once pending longer than a grace period:
-``reclaim`` deletes such rows in bounded batches, so uploads cannot fill the
-database. Adding the same bytes again restarts a pending row's grace period.
+Bytes are kept while something holds them, and only then:
+
+- a *reference* (a row in ``attachment_refs``: principal, ref, session) says a
+  session's turn or transcript carries them. The admission of a turn carrying
+  them writes it, in its own transaction (refusing the turn when the bytes are
+  gone), as does any transcript write naming them; erasing the session
+  deletes the session's references;
+- a *pending upload* (a row in ``attachments_pending`` with its count of
+  ``uploads``) says an add waits for its turn. Every add counts one more and
+  restarts the grace period; the first take of the bytes by a session counts
+  one off, so two outstanding uploads of the same bytes (for two
+  conversations) are two marks, and one turn taking them leaves the other.
+
+The bytes go when the last holder goes: an erase deletes them once no
+reference and no pending upload remains, and ``reclaim`` deletes pending
+uploads older than the grace period (an upload no turn took: its turn
+refused, never sent, or lost to a crash before admission) and the bytes with
+them unless a reference holds them, in bounded batches, so uploads cannot
+fill the database.
 """
 
 from __future__ import annotations
@@ -52,6 +62,7 @@ __all__ = [
     "StoredAttachment",
     "attached_refs",
     "keep_attachments",
+    "release_session",
 ]
 
 # One turn's worth of refs per lookup: TurnRequest allows far fewer.
@@ -103,12 +114,14 @@ class AttachmentStore(ABC):
     async def reclaim(
         self, *, grace_s: float = ATTACHMENT_GRACE_S, limit: int = RECLAIM_BATCH
     ) -> int:
-        """Delete up to ``limit`` attachments no turn took, pending over ``grace_s``; how many.
+        """End up to ``limit`` pending uploads added over ``grace_s`` ago, deleting their
+        bytes unless a reference holds them; how many attachments were deleted.
 
         One transaction, oldest first; ``limit`` is at most ``MAX_RECLAIM`` so a
-        pass never holds the write lock long. The age is by the database clock.
-        A turn admitted concurrently either keeps its rows (its admission
-        committed first) or is refused as if they were never added.
+        pass never holds the write lock long. The age is by the database clock
+        (of the latest add: each add restarts it). A turn admitted concurrently
+        either keeps its rows (its admission committed first) or is refused as if
+        they were never added.
         """
 
 
@@ -123,6 +136,20 @@ def _cutoff(conn: sqlite3.Connection, grace_s: float) -> str:
     moment = datetime.strptime(now(conn), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
     before = moment - timedelta(seconds=grace_s)
     return before.strftime("%Y-%m-%dT%H:%M:%S.") + f"{before.microsecond // 1000:03d}Z"
+
+
+def _due(
+    conn: sqlite3.Connection, cutoff: str, most: int, *, referenced: bool
+) -> list[tuple[str, str]]:
+    """Up to ``most`` pending uploads last added before ``cutoff``, oldest first, of bytes
+    a session references (or of bytes none does)."""
+    found = conn.execute(
+        "SELECT p.principal_id, p.ref FROM attachments_pending p WHERE p.added_at < ? "
+        f"AND {'' if referenced else 'NOT '}EXISTS (SELECT 1 FROM attachment_refs r "
+        "WHERE r.principal_id = p.principal_id AND r.ref = p.ref) ORDER BY p.added_at LIMIT ?",
+        [cutoff, most],
+    )
+    return [(str(principal_id), str(ref)) for principal_id, ref in found]
 
 
 def attached_refs(message: ModelMessage | Mapping[str, Any] | None) -> list[str]:
@@ -140,28 +167,30 @@ def attached_refs(message: ModelMessage | Mapping[str, Any] | None) -> list[str]
 
 
 def keep_attachments(
-    conn: sqlite3.Connection, principal_id: str, refs: Iterable[str], *, required: bool
+    conn: sqlite3.Connection,
+    principal_id: str,
+    session_id: str,
+    refs: Iterable[str],
+    *,
+    required: bool,
 ) -> None:
-    """The principal's attachments among ``refs`` are no longer pending (a turn references
-    them), in the caller's transaction; with ``required``, refuse (``InvalidTurnRequest``)
-    unless every one exists.
+    """``session_id`` references the principal's attachments among ``refs`` (its turn or
+    transcript carries them), in the caller's transaction; with ``required``, refuse
+    (``InvalidTurnRequest``) unless every one exists.
 
-    Admission calls it with ``required``: an attachment reclaimed after the
-    turn's pre-admission check refuses the turn as a ref never added would
-    be, rather than admitting a turn whose bytes are gone. (On PostgreSQL the
-    reclaim and this delete the same pending row, so one of two concurrent
-    transactions is run again and sees what the other did.)
+    The session's first reference to some bytes takes one pending upload of them;
+    a later one (the turn's input written after its admission, another turn of
+    the session) takes none, so it cannot take the upload another conversation's
+    turn still waits for. Admission calls it with ``required``: an attachment
+    reclaimed after the turn's pre-admission check refuses the turn as a ref
+    never added would be, rather than admitting a turn whose bytes are gone.
+    (On PostgreSQL a reclaim or an erase racing this reads what it writes, so
+    one of the two is run again and sees what the other did.)
     """
     wanted = list(dict.fromkeys(refs))
     for start in range(0, len(wanted), _MAX_LOOKUP):
         chunk = wanted[start : start + _MAX_LOOKUP]
         marks = ", ".join("?" * len(chunk))
-        conn.execute(
-            f"DELETE FROM attachments_pending WHERE principal_id = ? AND ref IN ({marks})",
-            [principal_id, *chunk],
-        )
-        if not required:
-            continue
         present = {
             row[0]
             for row in conn.execute(
@@ -170,11 +199,65 @@ def keep_attachments(
             )
         }
         missing = [ref for ref in chunk if ref not in present]
-        if missing:
+        if required and missing:
             raise InvalidTurnRequest(
                 f"attachment {missing[0]} was not found for this principal "
                 "(host.attachments.add it)"
             )
+        for ref in chunk:
+            if ref in present and _reference(conn, principal_id, ref, session_id):
+                _take_upload(conn, principal_id, ref)
+
+
+def _reference(conn: sqlite3.Connection, principal_id: str, ref: str, session_id: str) -> bool:
+    """Record that ``session_id`` holds the bytes; whether it did not already."""
+    return (
+        conn.execute(
+            "INSERT INTO attachment_refs (principal_id, ref, session_id) VALUES (?, ?, ?) "
+            "ON CONFLICT (principal_id, ref, session_id) DO NOTHING",
+            [principal_id, ref, session_id],
+        ).rowcount
+        == 1
+    )
+
+
+def _take_upload(conn: sqlite3.Connection, principal_id: str, ref: str) -> None:
+    """One pending upload of the bytes fewer (the row goes with the last)."""
+    key = [principal_id, ref]
+    gone = conn.execute(
+        "DELETE FROM attachments_pending WHERE principal_id = ? AND ref = ? AND uploads = 1", key
+    ).rowcount
+    if gone == 0:
+        conn.execute(
+            "UPDATE attachments_pending SET uploads = uploads - 1 "
+            "WHERE principal_id = ? AND ref = ?",
+            key,
+        )
+
+
+def _drop_unheld(conn: sqlite3.Connection, principal_id: str, ref: str) -> int:
+    """Delete the bytes unless a reference or a pending upload still holds them (one
+    statement, by the keys of both): 1 if they went, else 0."""
+    return int(
+        conn.execute(
+            "DELETE FROM attachments WHERE principal_id = ? AND ref = ? AND NOT EXISTS ("
+            "SELECT 1 FROM attachment_refs r WHERE r.principal_id = ? AND r.ref = ?) "
+            "AND NOT EXISTS (SELECT 1 FROM attachments_pending p "
+            "WHERE p.principal_id = ? AND p.ref = ?)",
+            [principal_id, ref] * 3,
+        ).rowcount
+    )
+
+
+def release_session(conn: sqlite3.Connection, session_id: str) -> int:
+    """Delete ``session_id``'s references, then the bytes nothing else holds, in the
+    caller's transaction (an erase); how many attachments went. Reads the session's
+    references only, never another session's transcript."""
+    held = conn.execute(
+        "SELECT principal_id, ref FROM attachment_refs WHERE session_id = ?", [session_id]
+    ).fetchall()
+    conn.execute("DELETE FROM attachment_refs WHERE session_id = ?", [session_id])
+    return sum(_drop_unheld(conn, str(principal_id), str(ref)) for principal_id, ref in held)
 
 
 def _refs(refs: Sequence[str]) -> list[str]:
@@ -187,7 +270,8 @@ def _refs(refs: Sequence[str]) -> list[str]:
 
 
 class SqlAttachmentStore(AttachmentStore):
-    """The SQLite adapter of AttachmentStore: the ``attachments`` table (schema v9)."""
+    """The SQL adapter of AttachmentStore: the ``attachments`` table (schema v9), its
+    pending uploads (v22, counted from v26) and the sessions referencing it (v26)."""
 
     def __init__(self, db: RowStore) -> None:
         self._db = db
@@ -205,25 +289,11 @@ class SqlAttachmentStore(AttachmentStore):
 
         def insert(conn: sqlite3.Connection) -> StoredAttachment:
             at = now(conn)
-            added = conn.execute(
+            conn.execute(
                 "INSERT INTO attachments (principal_id, ref, media_type, size, data, created_at) "
                 "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (principal_id, ref) DO NOTHING",
                 [principal_id, ref, media_type, len(blob), blob, at],
             )
-            if added.rowcount == 1:
-                conn.execute(
-                    "INSERT INTO attachments_pending (principal_id, ref, added_at) "
-                    "VALUES (?, ?, ?)",
-                    [principal_id, ref, at],
-                )
-            else:
-                # Added again before a turn took it: its grace period starts over. (One a
-                # turn took has no pending row, and stays kept.)
-                conn.execute(
-                    "UPDATE attachments_pending SET added_at = ? WHERE principal_id = ? "
-                    "AND ref = ?",
-                    [at, principal_id, ref],
-                )
             cursor = conn.cursor()
             cursor.row_factory = sqlite3.Row
             row = cursor.execute(
@@ -232,6 +302,14 @@ class SqlAttachmentStore(AttachmentStore):
             ).fetchone()
             if row["media_type"] != media_type:
                 raise InvalidValue(f"this content was already added as {row['media_type']}")
+            # One more upload waits for its turn, also of bytes a turn took before: a
+            # reference may go (its session erased) before this upload's turn comes.
+            conn.execute(
+                "INSERT INTO attachments_pending (principal_id, ref, added_at, uploads) "
+                "VALUES (?, ?, ?, 1) ON CONFLICT (principal_id, ref) DO UPDATE SET "
+                "added_at = excluded.added_at, uploads = attachments_pending.uploads + 1",
+                [principal_id, ref, at],
+            )
             return StoredAttachment(ref, media_type, len(blob))
 
         return await self._db.write(insert)
@@ -286,22 +364,17 @@ class SqlAttachmentStore(AttachmentStore):
         most = check_count("limit", limit, MAX_RECLAIM)
 
         def delete(conn: sqlite3.Connection) -> int:
-            due = conn.execute(
-                "SELECT principal_id, ref FROM attachments_pending WHERE added_at < ? "
-                "ORDER BY added_at LIMIT ?",
-                [_cutoff(conn, grace_s), most],
-            ).fetchall()
-            deleted = 0
-            for principal_id, ref in due:
-                # Only a pending row's attachment is deleted: one a turn took has none.
+            cutoff = _cutoff(conn, grace_s)
+            # Uploads of bytes a session references end apart (nothing to delete, cheap):
+            # a pass's count is then what it deleted, and the retention daemon's passes
+            # go on while one deletes a full batch.
+            held = _due(conn, cutoff, most, referenced=True)
+            due = _due(conn, cutoff, most, referenced=False)
+            for principal_id, ref in (*held, *due):
                 conn.execute(
                     "DELETE FROM attachments_pending WHERE principal_id = ? AND ref = ?",
                     [principal_id, ref],
                 )
-                deleted += conn.execute(
-                    "DELETE FROM attachments WHERE principal_id = ? AND ref = ?",
-                    [principal_id, ref],
-                ).rowcount
-            return deleted
+            return sum(_drop_unheld(conn, principal_id, ref) for principal_id, ref in due)
 
         return await self._db.write(delete)

@@ -7,11 +7,12 @@ what each turn's events recorded, its result (text, effects, error,
 structured output), the context decisions, summary and bootstrap snapshot,
 state authored in the session's scope, the payloads of its outbox intents
 and of the inbounds that started its turns, its approvals' arguments and
-views (an approval that could still run is made ``stale``), the attachments
-its messages carried and the details of its tasks. What stays is id-only:
-the session row (its title emptied) and its owner rows, the turns' ids,
-statuses and times, the event kinds and sequence, the intents' routes and
-outcomes, the usage counts, so every audit row still points at something
+views (an approval that could still run is made ``stale``), its references
+to attachments (the bytes go with the last reference, unless an upload of
+them still waits for its turn) and the details of its tasks. What stays is
+id-only: the session row (its title emptied) and its owner rows, the turns'
+ids, statuses and times, the event kinds and sequence, the intents' routes
+and outcomes, the usage counts, so every audit row still points at something
 that existed. One ``session.erased`` audit row records who, why and how
 much, never the content.
 
@@ -37,14 +38,13 @@ from typing import TYPE_CHECKING, Any
 
 from hostkit.errors import DeliveryInProgress, NotFoundOrUnauthorized, TurnInProgress
 from hostkit.store._approval_rows import void_session
-from hostkit.store._attachments import attached_refs
+from hostkit.store._attachments import release_session
 from hostkit.store._context_rows import read_summary, upsert_summary
 from hostkit.store._context_values import CommittedSummary
 from hostkit.store._delivery import PRUNED_PAYLOAD
 from hostkit.store._json import canonical_json
 from hostkit.store._owned import now
 from hostkit.store._sessions import insert_audit
-from hostkit.types import is_attachment_ref
 
 if TYPE_CHECKING:
     from hostkit.types import PrincipalScope
@@ -110,7 +110,7 @@ def erase_rows(
     ).fetchone()
     if sending is not None:
         raise DeliveryInProgress(str(sending[0]))
-    attachments = _erase_attachments(conn, session_id)
+    attachments = release_session(conn, session_id)
     _cut_history(conn, session_id)
     messages = conn.execute("DELETE FROM messages WHERE session_id = ?", [session_id]).rowcount
     turns = _erase_results(conn, session_id)
@@ -211,77 +211,3 @@ def _erase_intents(conn: sqlite3.Connection, session_id: str) -> int:
             f"UPDATE outbox SET payload = '{PRUNED_PAYLOAD}' WHERE session_id = ?", [session_id]
         ).rowcount
     )
-
-
-def _erase_attachments(conn: sqlite3.Connection, session_id: str) -> int:
-    """Delete the attachments only this session's messages carried, read before they go.
-
-    One row holds a person's bytes for every session that sent them, so a row stays
-    while anything else may need it: a message of another session (with or without a
-    turn) names its ref, an upload waits for its turn, or the person has a turn
-    running (its input, with its attachments, may not be written yet). Other sessions'
-    messages are read once for all of this session's refs.
-    """
-    rows = conn.execute(
-        "SELECT COALESCE(t.principal_id, o.principal_id), m.content FROM messages m "
-        "LEFT JOIN turns t ON t.turn_id = m.turn_id "
-        "LEFT JOIN session_owners o ON o.session_id = m.session_id WHERE m.session_id = ?",
-        [session_id],
-    ).fetchall()
-    carried: dict[tuple[str, str], None] = {}
-    for principal_id, content in rows:
-        try:
-            stored = json.loads(content)
-        except ValueError:
-            continue
-        for ref in attached_refs(stored if isinstance(stored, dict) else None):
-            if principal_id is not None and is_attachment_ref(ref):
-                carried[(principal_id, ref)] = None
-    if not carried:
-        return 0
-    named = _named_elsewhere(conn, session_id, {ref for _, ref in carried})
-    running = _running_principals(conn, {principal_id for principal_id, _ in carried})
-    removed = 0
-    for principal_id, ref in carried:
-        if ref in named or principal_id in running or _pending(conn, principal_id, ref):
-            continue
-        removed += conn.execute(
-            "DELETE FROM attachments WHERE principal_id = ? AND ref = ?", [principal_id, ref]
-        ).rowcount
-    return removed
-
-
-def _named_elsewhere(conn: sqlite3.Connection, session_id: str, refs: set[str]) -> set[str]:
-    """Which of ``refs`` a message of another session names: one pass over the messages
-    that carry any attachment."""
-    named: set[str] = set()
-    found = conn.execute(
-        "SELECT content FROM messages WHERE session_id <> ? AND content LIKE '%sha256:%'",
-        [session_id],
-    )
-    for (content,) in found:
-        named.update(ref for ref in refs - named if ref in content)
-        if named == refs:
-            break
-    return named
-
-
-def _pending(conn: sqlite3.Connection, principal_id: str, ref: str) -> bool:
-    """Whether an upload of the bytes waits for its turn."""
-    found = conn.execute(
-        "SELECT 1 FROM attachments_pending WHERE principal_id = ? AND ref = ?",
-        [principal_id, ref],
-    ).fetchone()
-    return found is not None
-
-
-def _running_principals(conn: sqlite3.Connection, principals: set[str]) -> set[str]:
-    """Which of ``principals`` have a turn running (admitted, its input maybe not written
-    yet: its attachments' pending rows are gone and no message names them): read once."""
-    marks = ", ".join("?" * len(principals))
-    found = conn.execute(
-        f"SELECT DISTINCT principal_id FROM turns WHERE status = 'running' "
-        f"AND principal_id IN ({marks})",
-        sorted(principals),
-    )
-    return {str(row[0]) for row in found}

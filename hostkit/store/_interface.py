@@ -249,8 +249,9 @@ class RuntimeStore(AsyncResource):
 
         Messages, turn results and event details, context decisions, summary and
         bootstrap snapshot, session-scoped core state, outbox and inbound payloads,
-        approvals' arguments and views (open ones become ``stale``), the
-        attachments its messages carried: deleted or emptied. The session, its
+        approvals' arguments and views (open ones become ``stale``), its
+        references to attachments (the bytes go when no other session references
+        them and no upload of them waits for its turn): deleted or emptied. The session, its
         owner rows, the turns' ids and statuses stay. Writes one ``session.erased``
         audit row (scope, reason, counts; never content). ``ScopeError`` without a
         live operator scope; ``InvalidValue`` for a missing or too long reason;

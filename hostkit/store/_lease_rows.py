@@ -267,10 +267,12 @@ def admit(
         )
         if orphan is not None:
             recovered = (end_orphan(conn, orphan, gone),)
-    # Admitted: the turn keeps its attachments from here on (not before: a busy session's
-    # answer commits, and attachments it took would be neither pending nor referenced).
-    # One reclaimed since the turn's check refuses it; the transaction rolls back.
-    keep_attachments(conn, admission.principal_id, attached_refs(admission.input), required=True)
+    # Admitted: the session references the turn's attachments from here on, also while
+    # its input waits for the core's input slot (not before: a busy session's answer
+    # commits, and an upload it took would be neither pending nor referenced). One
+    # reclaimed since the turn's check refuses it; the transaction rolls back.
+    refs = attached_refs(admission.input)
+    keep_attachments(conn, admission.principal_id, session_id, refs, required=True)
     token = (held["token"] if held is not None else 0) + 1
     expires_at = now_epoch + ttl_s
     encoded = owner.encode()

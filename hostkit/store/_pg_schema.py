@@ -567,6 +567,45 @@ _V12_SESSION_ACTIVITY = Migration(
     ),
 )
 
+_V13_ATTACHMENT_REFS = Migration(
+    13,
+    "attachment_refs: which sessions hold an attachment; pending uploads counted",
+    (
+        # SQLite's v26 twin.
+        """CREATE TABLE attachment_refs (
+            principal_id TEXT NOT NULL,
+            ref TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            PRIMARY KEY (principal_id, ref, session_id)
+        )""",
+        "CREATE INDEX attachment_refs_session ON attachment_refs(session_id)",
+        "ALTER TABLE attachments_pending ADD COLUMN uploads BIGINT NOT NULL DEFAULT 1",
+        # The refs read from a message's text, as v9 does (a message may hold NUL, which
+        # PostgreSQL's JSON types refuse).
+        r"""INSERT INTO attachment_refs (principal_id, ref, session_id)
+            SELECT DISTINCT a.principal_id, a.ref, named.session_id FROM (
+                SELECT m.session_id, m.turn_id,
+                    (regexp_matches(m.content, '"ref"\s*:\s*"(sha256:[0-9a-f]{64})"', 'g'))[1]
+                        AS ref
+                FROM messages m WHERE m.content LIKE '%"attachments"%'
+            ) named
+            LEFT JOIN turns t ON t.turn_id = named.turn_id
+            LEFT JOIN session_owners o ON o.session_id = named.session_id
+            JOIN attachments a ON a.ref = named.ref
+                AND a.principal_id = COALESCE(t.principal_id, o.principal_id)""",
+        """INSERT INTO attachments_pending (principal_id, ref, added_at, uploads)
+            SELECT a.principal_id, a.ref,
+                to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), 1
+            FROM attachments a WHERE NOT EXISTS (
+                SELECT 1 FROM attachments_pending p
+                WHERE p.principal_id = a.principal_id AND p.ref = a.ref
+            ) AND NOT EXISTS (
+                SELECT 1 FROM attachment_refs r
+                WHERE r.principal_id = a.principal_id AND r.ref = a.ref
+            )""",
+    ),
+)
+
 PG_MIGRATIONS: tuple[Migration, ...] = (
     _V1,
     _V2_APPROVAL_REVOCATIONS,
@@ -580,5 +619,6 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     _V10_MEMORY_PROVENANCE,
     _V11_SESSION_AUDIT,
     _V12_SESSION_ACTIVITY,
+    _V13_ATTACHMENT_REFS,
 )
 PG_SCHEMA_VERSION = PG_MIGRATIONS[-1].version

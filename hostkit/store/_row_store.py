@@ -387,7 +387,8 @@ class RowStore(RuntimeStore):
                 raw, scope, session_id, role=role, content=content, turn_id=turn_id
             )
             if record is not None:
-                keep_attachments(raw, scope.principal_id, attached_refs(content), required=False)
+                refs = attached_refs(content)
+                keep_attachments(raw, scope.principal_id, session_id, refs, required=False)
             return record
 
         return await self.owned(scope, "session", session_id, append, write=True)

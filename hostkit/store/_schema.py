@@ -972,6 +972,55 @@ _V25_SESSION_ACTIVITY = Migration(
     ),
 )
 
+_V26_ATTACHMENT_REFS = Migration(
+    26,
+    "attachment_refs: which sessions hold an attachment; pending uploads counted",
+    (
+        # One row per session whose turn or transcript carries a principal's bytes,
+        # written in the transaction that takes them (admission, any transcript write).
+        # An erase deletes its session's rows and then the bytes nothing holds, by key,
+        # without reading any other session's messages; reclaim keeps bytes a row holds.
+        """CREATE TABLE attachment_refs (
+            principal_id TEXT NOT NULL,
+            ref TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            PRIMARY KEY (principal_id, ref, session_id)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX attachment_refs_session ON attachment_refs(session_id)",
+        # Every add counts one upload waiting for its turn; a session's first take counts
+        # one off. One mark per (principal, ref) let one take clear another's upload.
+        "ALTER TABLE attachments_pending ADD COLUMN uploads INTEGER NOT NULL DEFAULT 1",
+        # The sessions whose stored messages name a principal's bytes: the turn's
+        # principal, else each owner of the session (as the erase read them before).
+        """INSERT OR IGNORE INTO attachment_refs (principal_id, ref, session_id)
+            SELECT a.principal_id, a.ref, named.session_id FROM (
+                SELECT m.session_id, m.turn_id,
+                    CASE WHEN j.type = 'object' THEN json_extract(j.value, '$.ref') END AS ref
+                FROM messages m, json_each(
+                    CASE WHEN json_valid(m.content) THEN m.content ELSE '{}' END,
+                    '$.attachments'
+                ) j
+                WHERE m.content LIKE '%"attachments"%'
+            ) named
+            LEFT JOIN turns t ON t.turn_id = named.turn_id
+            LEFT JOIN session_owners o ON o.session_id = named.session_id
+            JOIN attachments a ON a.ref = named.ref
+                AND a.principal_id = COALESCE(t.principal_id, o.principal_id)""",
+        # Bytes neither pending nor named by their owner's messages were taken by a turn
+        # whose input is not written yet, or kept for another's message: one upload
+        # pending from now, so that turn has the grace period to write its reference.
+        """INSERT INTO attachments_pending (principal_id, ref, added_at, uploads)
+            SELECT a.principal_id, a.ref, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), 1
+            FROM attachments a WHERE NOT EXISTS (
+                SELECT 1 FROM attachments_pending p
+                WHERE p.principal_id = a.principal_id AND p.ref = a.ref
+            ) AND NOT EXISTS (
+                SELECT 1 FROM attachment_refs r
+                WHERE r.principal_id = a.principal_id AND r.ref = a.ref
+            )""",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -998,5 +1047,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V23_MEMORY_PROVENANCE,
     _V24_OWNER_SEARCH,
     _V25_SESSION_ACTIVITY,
+    _V26_ATTACHMENT_REFS,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -838,8 +838,8 @@ def insert_message(
     """Insert one transcript message at the session's next seq; returns the seq.
 
     The caller holds the session lease (checked in the same transaction), so
-    no other writer takes the seq. The attachments the message names are kept
-    for good (the turn's principal's rows): the transcript references them.
+    no other writer takes the seq. The session references the attachments the
+    message names (the turn's principal's rows) until it is erased.
     """
     refs = attached_refs(message)
     if refs:
@@ -847,7 +847,7 @@ def insert_message(
             "SELECT principal_id FROM turns WHERE turn_id = ?", [turn_id]
         ).fetchone()
         if owner is not None:
-            keep_attachments(conn, str(owner[0]), refs, required=False)
+            keep_attachments(conn, str(owner[0]), session_id, refs, required=False)
     (row,) = conn.execute(
         "INSERT INTO messages (message_id, session_id, seq, role, content, turn_id, created_at) "
         f"VALUES (?, ?, {next_message_seq('?')}, ?, ?, ?, ?) RETURNING seq",

@@ -148,6 +148,106 @@ async def assert_reclaim_backfilled(store: RuntimeStore, named: str, unnamed: st
         assert (ref in found) == kept, (principal_id, ref)
 
 
+_TAKEN = "sha256:" + "3" * 64
+_BY_TURN = "sha256:" + "4" * 64
+_WAITING = "sha256:" + "5" * 64
+_UNHELD = "sha256:" + "6" * 64
+
+
+async def seed_attachments_before_refs(store: RuntimeStore) -> str:
+    """On a store migrated to just before ``attachment_refs``, as that version left rows:
+    alice's session, whose turnless message (with NUL in its text) names alice's taken
+    bytes and whose turn by carol names carol's; bob's copy of alice's bytes (named by no
+    message of his); alice's upload pending since 2000; and alice's bytes a turn took
+    with its input not written yet (neither pending nor named). Returns the session."""
+    assert isinstance(store, RowStore)
+    session_id = await store.create_session(owner_kind="system", principal_id="alice")
+    turn_id = new_id("turn")
+
+    def named(ref: str) -> str:
+        return (
+            '{"attachments":[{"media_type":"image/png","name":"a.png","ref":"'
+            + ref
+            + '","size":48}],"text":"look\\u0000"}'
+        )
+
+    def seed(c: Any) -> None:
+        for principal_id, ref in (
+            ("alice", _TAKEN),
+            ("bob", _TAKEN),
+            ("carol", _BY_TURN),
+            ("alice", _WAITING),
+            ("alice", _UNHELD),
+        ):
+            c.execute(
+                "INSERT INTO attachments (principal_id, ref, media_type, size, data, created_at) "
+                "VALUES (?, ?, 'image/png', ?, ?, '2000-01-01T00:00:00.000Z')",
+                [principal_id, ref, len(_PNG), _PNG],
+            )
+        c.execute(
+            "INSERT INTO attachments_pending (principal_id, ref, added_at) "
+            "VALUES ('alice', ?, '2000-01-01T00:00:00.000Z')",
+            [_WAITING],
+        )
+        c.execute(
+            "INSERT INTO turns (turn_id, request_id, principal_id, session_id, core_id, "
+            "core_revision, generation, status, started_at) "
+            "VALUES (?, ?, 'carol', ?, 'assistant', 'rev1', 1, 'completed', 'x')",
+            [turn_id, new_id("req"), session_id],
+        )
+        for seq, (content, turn) in enumerate(
+            ((named(_TAKEN), None), (named(_BY_TURN), turn_id), ('{"attachments":"oops"}', None)),
+            start=1,
+        ):
+            c.execute(
+                "INSERT INTO messages (message_id, session_id, seq, role, content, turn_id, "
+                "created_at) VALUES (?, ?, ?, 'user', ?, ?, '2000-01-01T00:00:00.000Z')",
+                [new_id("msg"), session_id, seq, content, turn],
+            )
+
+    await store.write(seed)
+    return session_id
+
+
+async def assert_refs_backfilled(store: RuntimeStore, session_id: str) -> None:
+    """After the upgrade from ``seed_attachments_before_refs``: the session references the
+    bytes its messages name, by whose message names them; bytes nothing references are
+    pending (the old upload since it was added, the rest from the upgrade on), so a
+    reclaim takes the old upload now and the rest after the grace period, never
+    referenced bytes."""
+    assert isinstance(store, RowStore)
+    refs = await store.read(
+        lambda c: c.execute(
+            "SELECT principal_id, ref, session_id FROM attachment_refs ORDER BY principal_id"
+        ).fetchall()
+    )
+    assert [tuple(row) for row in refs] == [
+        ("alice", _TAKEN, session_id),
+        ("carol", _BY_TURN, session_id),
+    ]
+    pending = await store.read(
+        lambda c: c.execute(
+            "SELECT principal_id, ref, uploads FROM attachments_pending ORDER BY principal_id, ref"
+        ).fetchall()
+    )
+    assert [tuple(row) for row in pending] == [
+        ("alice", _WAITING, 1),
+        ("alice", _UNHELD, 1),
+        ("bob", _TAKEN, 1),
+    ]
+    assert await store.attachments.reclaim(grace_s=3_600) == 1
+    assert await store.attachments.reclaim(grace_s=0) == 2
+    for principal_id, ref, kept in (
+        ("alice", _TAKEN, True),
+        ("carol", _BY_TURN, True),
+        ("bob", _TAKEN, False),
+        ("alice", _WAITING, False),
+        ("alice", _UNHELD, False),
+    ):
+        found = await store.attachments.load(principal_id=principal_id, refs=[ref])
+        assert (ref in found) == kept, (principal_id, ref)
+
+
 async def seed_memory_before_provenance(store: RuntimeStore) -> list[int]:
     """On a store migrated to just before memory provenance: alice's two items and bob's
     one, as that version's ``remember`` wrote them. Returns their ids."""

@@ -4,8 +4,10 @@ An attachment added for a turn that was then refused (the provider does not
 take its type, the session was busy, the request was a repeat), never sent,
 or lost to a crash before admission, is referenced by nothing: ``reclaim``
 deletes it once it has waited longer than the grace period, in bounded
-batches. One an admitted turn carries is kept for good, whoever else stored
-the same bytes. Written against ``RuntimeStore``: the ``runtime`` fixture
+batches. One an admitted turn carries is kept while its session references
+it, whoever else stored the same bytes; an erase deletes the bytes only once
+no other session references them and no upload of them waits for its turn.
+Written against ``RuntimeStore``: the ``runtime`` fixture
 yields each adapter of the store matrix (SQLite and PostgreSQL).
 """
 
@@ -13,6 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
+import re
+import sqlite3
 from typing import Any
 
 import anyio
@@ -29,7 +34,14 @@ from hostkit.store import (
     SessionBusy,
     TurnAdmission,
 )
-from hostkit.types import Attachment, AttachmentPart, ModelMessage, PrincipalScope, new_id
+from hostkit.types import (
+    Attachment,
+    AttachmentPart,
+    ModelMessage,
+    PrincipalScope,
+    TurnResult,
+    new_id,
+)
 from tests.support import facts
 
 pytestmark = pytest.mark.anyio
@@ -325,3 +337,276 @@ async def test_an_erase_keeps_bytes_while_the_person_has_a_turn_running(
     assert isinstance(admitted, Admitted)
     assert await _erase(runtime, ops, first) == 0
     assert await present(runtime, second, item)
+
+
+async def finished(
+    runtime: RuntimeStore, scope: PrincipalScope, live: LeaseOwner, *items: Attachment
+) -> str:
+    """A turn of ``scope`` carrying ``items``, admitted and finished: its message names them."""
+    admitted = await runtime.turns.admit(carrying(scope, *items), owner=live, ttl_s=600)
+    assert isinstance(admitted, Admitted)
+    await finish(runtime, admitted)
+    return admitted.lease.turn_id
+
+
+async def finish(runtime: RuntimeStore, admitted: Admitted, event_seq: int = 0) -> None:
+    lease = admitted.lease
+    result = TurnResult(
+        request_id="req",
+        turn_id=lease.turn_id,
+        session_id=lease.session_id,
+        core_id="assistant",
+        core_revision="cfg-test",
+        outcome="completed",
+        text="a chart",
+        durable_result_ref=lease.turn_id,
+        generation=1,
+    )
+    await runtime.turns.finish(lease, result, event_seq=event_seq or admitted.next_event_seq)
+
+
+async def test_bytes_added_again_for_another_conversation_outlive_an_erase_of_the_first(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """The first conversation's turn took the bytes; the person uploads them again for a
+    second one whose turn is not admitted yet: erasing the first keeps them for it."""
+    ops = await resolver.operator_issuer().issue("ops", reason="erase one conversation")
+    first = await conversation(resolver, "c1", "alice")
+    second = await conversation(resolver, "c2", "alice")
+    item = await added(runtime, first, png(1))
+    await finished(runtime, first, live, item)
+    await added(runtime, second, png(1))
+    assert await _erase(runtime, ops, first) == 0
+    assert isinstance(
+        await runtime.turns.admit(carrying(second, item), owner=live, ttl_s=600), Admitted
+    )
+    assert await present(runtime, second, item)
+
+
+_STEPS = ("add", "erase", "admit")
+
+
+@pytest.mark.parametrize(
+    "order", list(itertools.permutations(_STEPS)), ids=lambda order: "-".join(order)
+)
+async def test_every_order_of_add_erase_and_admit_keeps_the_bytes_the_turn_needs(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner, order: tuple[str, ...]
+) -> None:
+    """Each step is its own write transaction, as from three processes. The second
+    conversation's turn is admitted with its bytes, and keeps them, unless it came after
+    the erase had deleted them and before the person added them again: then it is refused
+    with nothing written, and the add that follows stores them afresh."""
+    ops = await resolver.operator_issuer().issue("ops", reason="erase one conversation")
+    first = await conversation(resolver, "c1", "alice")
+    second = await conversation(resolver, "c2", "alice")
+    item = await added(runtime, first, png(1))
+    await finished(runtime, first, live, item)
+    turn = carrying(second, item, request_id="req-b")
+    outcome: list[bool] = []
+    for step in order:
+        if step == "add":
+            await added(runtime, second, png(1))
+        elif step == "erase":
+            await _erase(runtime, ops, first)
+        else:
+            try:
+                admitted = await runtime.turns.admit(turn, owner=live, ttl_s=600)
+            except InvalidTurnRequest:
+                outcome.append(False)
+            else:
+                assert isinstance(admitted, Admitted)
+                outcome.append(True)
+    gone_before_add = order.index("erase") < order.index("admit") < order.index("add")
+    assert outcome == [not gone_before_add]
+    assert (await runtime.turns.find(second.principal_id, "req-b") is not None) == outcome[0]
+    assert await present(runtime, second, item)
+
+
+async def test_an_erase_racing_an_upload_and_its_turn_never_takes_the_turns_bytes(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """A client adds the bytes then sends its turn while an operator erases the other
+    conversation that carried them: whichever commits first, the turn is admitted."""
+    ops = await resolver.operator_issuer().issue("ops", reason="erase conversations")
+    admitted: list[object] = []
+
+    async def client(scope: PrincipalScope, data: bytes) -> None:
+        item = await added(runtime, scope, data)
+        admitted.append(await runtime.turns.admit(carrying(scope, item), owner=live, ttl_s=600))
+
+    for n in range(6):
+        first = await conversation(resolver, f"a{n}", f"user{n}")
+        second = await conversation(resolver, f"b{n}", f"user{n}")
+        item = await added(runtime, first, png(n))
+        await finished(runtime, first, live, item)
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                group.start_soon(client, second, png(n))
+                group.start_soon(_erase, runtime, ops, first)
+        assert await present(runtime, second, item)
+    assert [type(outcome) for outcome in admitted] == [Admitted] * 6
+
+
+async def test_two_uploads_of_the_same_bytes_are_two_marks(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """The person uploads one file for two conversations; the second conversation's turn
+    takes it and that conversation is erased before the first one's turn comes: the
+    first upload still holds the bytes, and its turn is admitted with them."""
+    ops = await resolver.operator_issuer().issue("ops", reason="erase one conversation")
+    b = await conversation(resolver, "b", "alice")
+    c = await conversation(resolver, "c", "alice")
+    item = await added(runtime, b, png(1))
+    await added(runtime, c, png(1))
+    await finished(runtime, c, live, item)
+    assert await _erase(runtime, ops, c) == 0
+    assert isinstance(await runtime.turns.admit(carrying(b, item), owner=live, ttl_s=600), Admitted)
+    assert await present(runtime, b, item)
+    # B's session references them now: a reclaim past the grace period leaves them.
+    await age(runtime)
+    assert await runtime.attachments.reclaim(grace_s=0) == 0
+    assert await present(runtime, b, item)
+
+
+async def test_a_deferred_input_written_after_an_upload_leaves_that_upload_pending(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """A turn admitted with its input deferred took the bytes at admission; the person
+    uploads them again for another conversation; the turn then writes its input (naming
+    them again). That write takes nothing: erasing the turn's session before the other
+    conversation's turn comes keeps the bytes for it."""
+    ops = await resolver.operator_issuer().issue("ops", reason="erase one conversation")
+    first = await conversation(resolver, "c1", "alice")
+    second = await conversation(resolver, "c2", "alice")
+    item = await added(runtime, first, png(1))
+    admitted = await runtime.turns.admit(
+        carrying(first, item, deferred=True), owner=live, ttl_s=600
+    )
+    assert isinstance(admitted, Admitted)
+    await added(runtime, second, png(1))
+    stored = ModelMessage("user", "what is this?", attachments=(AttachmentPart(item),))
+    await runtime.turns.append_message(
+        admitted.lease,
+        event_seq=admitted.next_event_seq,
+        message=stored,
+        event="input.persisted",
+        detail={"normalized": False},
+    )
+    await finish(runtime, admitted, admitted.next_event_seq + 1)
+    assert await _erase(runtime, ops, first) == 0
+    assert isinstance(
+        await runtime.turns.admit(carrying(second, item), owner=live, ttl_s=600), Admitted
+    )
+    assert await present(runtime, second, item)
+
+
+async def test_bytes_added_again_for_a_turn_that_never_came_are_reclaimed_after_the_erase(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """The erase kept them for the second upload's turn; no turn took them: the grace
+    period reclaims them as any upload no turn took."""
+    ops = await resolver.operator_issuer().issue("ops", reason="erase one conversation")
+    first = await conversation(resolver, "c1", "alice")
+    item = await added(runtime, first, png(1))
+    await finished(runtime, first, live, item)
+    await added(runtime, first, png(1))
+    assert await _erase(runtime, ops, first) == 0
+    assert await runtime.attachments.reclaim(grace_s=HOUR) == 0
+    await age(runtime)
+    assert await runtime.attachments.reclaim(grace_s=HOUR) == 1
+    assert not await present(runtime, first, item)
+
+
+async def test_a_reclaim_keeps_referenced_bytes_and_deletes_the_rest(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """Added again after a finished turn took them, for a turn that never came: the
+    pending upload ends, the bytes stay for the session referencing them (until its
+    erase deletes them). Bob's copy of the same bytes, referenced by nothing, goes."""
+    ops = await resolver.operator_issuer().issue("ops", reason="erase one conversation")
+    alice = await conversation(resolver, "c1", "alice")
+    bob = await conversation(resolver, "c2", "bob")
+    item = await added(runtime, alice, PNG)
+    await finished(runtime, alice, live, item)
+    await added(runtime, alice, PNG)
+    await added(runtime, bob, PNG)
+    await added(runtime, bob, PNG)
+    await age(runtime)
+    assert await runtime.attachments.reclaim(grace_s=HOUR) == 1
+    assert await present(runtime, alice, item)
+    assert not await present(runtime, bob, item)
+    assert await runtime.attachments.reclaim(grace_s=0) == 0
+    assert await _erase(runtime, ops, alice) == 1
+    assert not await present(runtime, alice, item)
+
+
+async def test_a_reclaim_pass_counts_what_it_deleted_so_the_next_pass_runs(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """The oldest due uploads are of bytes a session references: ending them deletes
+    nothing, and does not take a pass's batch from the uploads whose bytes go (the
+    retention daemon stops at the first pass deleting less than a batch)."""
+    assert isinstance(runtime, RowStore)
+    alice = await conversation(resolver, "c1", "alice")
+    held = [await added(runtime, alice, png(n)) for n in range(3)]
+    await finished(runtime, alice, live, *held)
+    for n in range(3):
+        await added(runtime, alice, png(n))
+    unheld = [await added(runtime, alice, png(n)) for n in range(3, 5)]
+    await runtime.write(
+        lambda c: c.execute(
+            "UPDATE attachments_pending SET added_at = CASE WHEN ref IN (?, ?, ?) THEN ? "
+            "ELSE '2001-01-01T00:00:00.000Z' END",
+            [*(item.ref for item in held), LONG_AGO],
+        )
+    )
+    assert await runtime.attachments.reclaim(grace_s=0, limit=2) == 2
+    assert not any([await present(runtime, alice, item) for item in unheld])
+    assert all([await present(runtime, alice, item) for item in held])
+    assert await runtime.attachments.reclaim(grace_s=0, limit=2) == 0
+    pending = await runtime.read(
+        lambda c: c.execute("SELECT count(*) FROM attachments_pending").fetchone()
+    )
+    assert pending[0] == 0
+
+
+_SCAN = re.compile(r"^SCAN (messages|m)\b")
+
+
+@pytest.mark.sqlite_only("the statements the SQLite writer runs and their query plans")
+async def test_an_erase_reads_no_other_sessions_messages(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """Which bytes another session holds is read by key (``attachment_refs``): no
+    statement of the erase walks the messages table, however many other sessions have."""
+    assert isinstance(runtime, RowStore)
+    ops = await resolver.operator_issuer().issue("ops", reason="erase one conversation")
+    scopes = [await conversation(resolver, f"c{n}", "alice") for n in range(3)]
+    item = await added(runtime, scopes[0], png(1))
+    for scope in scopes:
+        await finished(runtime, scope, live, item)
+    traced: list[str] = []
+
+    def trace(conn: sqlite3.Connection) -> None:
+        conn.set_trace_callback(traced.append)
+
+    await runtime.write(trace)
+    try:
+        assert await _erase(runtime, ops, scopes[0]) == 0
+    finally:
+        await runtime.write(lambda conn: conn.set_trace_callback(None))
+    reads = [sql for sql in traced if "messages" in sql]
+    assert any("DELETE FROM messages" in sql for sql in reads)
+
+    def plans(conn: sqlite3.Connection) -> list[tuple[str, list[str]]]:
+        return [
+            (sql, [str(row[3]) for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")])
+            for sql in reads
+        ]
+
+    scans = [
+        (sql, plan)
+        for sql, plan in await runtime.read(plans)
+        if any(_SCAN.match(step) for step in plan)
+    ]
+    assert scans == []

@@ -33,7 +33,9 @@ from tests.contract._store_adapters import (
     assert_memory_kept_untraced,
     assert_owner_search_backfilled,
     assert_reclaim_backfilled,
+    assert_refs_backfilled,
     seed_attachments_before_reclaim,
+    seed_attachments_before_refs,
     seed_before_owner_search,
     seed_memory_before_provenance,
 )
@@ -644,3 +646,14 @@ async def test_v25_ranks_every_old_session_by_its_turns_as_the_old_list_did(
     async with await RuntimeStore.open(db_path) as store:
         assert (store.migration.from_version, store.migration.to_version) == (24, SCHEMA_VERSION)
         await assert_session_activity_backfilled(store, before, clock)
+
+
+@pytest.mark.sqlite_only("a v25 SQLite file built from a prefix of the SQLite migrations")
+async def test_v26_backfills_attachment_references_from_stored_messages(db_path: Path) -> None:
+    """Sessions whose messages name bytes reference them (an erase reads these, not other
+    sessions' messages); bytes nothing references are pending, so they are reclaimed."""
+    async with await RuntimeStore.open(db_path, migrations=MIGRATIONS[:25]) as store:
+        session_id = await seed_attachments_before_refs(store)
+    async with await RuntimeStore.open(db_path) as store:
+        assert (store.migration.from_version, store.migration.to_version) == (25, SCHEMA_VERSION)
+        await assert_refs_backfilled(store, session_id)

@@ -56,7 +56,9 @@ from tests.contract._store_adapters import (
     assert_memory_kept_untraced,
     assert_owner_search_backfilled,
     assert_reclaim_backfilled,
+    assert_refs_backfilled,
     seed_attachments_before_reclaim,
+    seed_attachments_before_refs,
     seed_before_owner_search,
     seed_memory_before_provenance,
 )
@@ -811,3 +813,15 @@ async def test_v12_ranks_every_old_session_by_its_turns_as_the_old_list_did(
     async with RuntimeStore.open_postgres(url) as store:
         assert store.migration == PgMigrationReport(11, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
         await assert_session_activity_backfilled(store, before, clock)
+
+
+async def test_v13_backfills_attachment_references_from_stored_messages(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """The twin of SQLite's v26: references from messages' text, the rest pending."""
+    url = await postgres_cluster.create_database()
+    async with RuntimeStore.open_postgres(url, migrations=PG_MIGRATIONS[:12]) as store:
+        session_id = await seed_attachments_before_refs(store)
+    async with RuntimeStore.open_postgres(url) as store:
+        assert store.migration == PgMigrationReport(12, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
+        await assert_refs_backfilled(store, session_id)
