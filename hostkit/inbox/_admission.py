@@ -2,11 +2,15 @@
 
 A serve whose inbox is full answers every new webhook 503: readiness must say
 so, or a load balancer keeps sending here. The accepts tell when refusing
-starts (nothing is read while they are stored); while it lasts, the backlog and
-the disk are looked at again at most every ``RECHECK_S`` (probes come many
-times a second, and each look reads up to ``max_queued`` index entries), so
-readiness comes back once the workers drained the backlog or space returned,
-though no accept is tried (a load balancer sends none to a Host not ready).
+starts, and an inbound stored proves room (nothing is read while they are
+stored); while a refusal lasts, the backlog and the disk are looked at again at
+most every ``RECHECK_S`` (probes come many times a second, and each look reads
+up to ``max_queued`` index entries), so readiness comes back once the workers
+drained the backlog or space returned, though no accept is tried (a load
+balancer sends none to a Host not ready). With no accept to tell, they are
+looked at on the first probe and then at most every ``IDLE_RECHECK_S``: a Host
+started over a full backlog, or one whose PostgreSQL inbox other Hosts filled,
+is not ready before its first refusal.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from hostkit.store import InboxLimits, InboxRoom
 from hostkit.types import InboundEnvelope, InboxReceipt
 
-__all__ = ["RECHECK_S", "Admission"]
+__all__ = ["IDLE_RECHECK_S", "RECHECK_S", "Admission"]
 
 # While the inbox refuses, how long one look at its backlog and disk answers readiness.
 RECHECK_S = 1.0
+# While it does not and no inbound is stored, how long one look (or a stored one) does.
+IDLE_RECHECK_S = 5.0
 _MIB = 1 << 20
 
 
@@ -48,19 +54,22 @@ class Admission:
     def stored(self, batch: Sequence[InboundEnvelope], receipts: Sequence[InboxReceipt]) -> None:
         """An accept returned: one new inbound that is not a command proves there is room
         (a command passes within ``COMMAND_ALLOWANCE`` of a full backlog, a duplicate
-        needs none)."""
-        if self._refusing is not None and any(
+        needs none): as good as a look, and a look begun before it is stale."""
+        if any(
             receipt.disposition == "accepted" and envelope.kind != "command"
             for envelope, receipt in zip(batch, receipts, strict=True)
         ):
             self._refusing = None
             self._changes += 1
+            self._looked_at = time.monotonic()
 
     async def check(self, look: Callable[[], Awaitable[InboxRoom]]) -> str | None:
-        """``refusing``, looked at again (``look``) if it is and the last look is older than
-        ``RECHECK_S``. Concurrent checks share one look: the others answer the last one."""
+        """``refusing``, looked at again (``look``) if the last look (or stored inbound) is
+        older than ``RECHECK_S`` while refusing, ``IDLE_RECHECK_S`` while not. Concurrent
+        checks share one look: the others answer the last one."""
         now = time.monotonic()
-        if self._refusing is None or now - self._looked_at < RECHECK_S:
+        every = IDLE_RECHECK_S if self._refusing is None else RECHECK_S
+        if now - self._looked_at < every:
             return self._refusing
         self._looked_at, changes = now, self._changes
         room = await look()

@@ -184,12 +184,14 @@ class ChannelInbox:
         """Why a new inbound would be refused now (``inbox full: 10000 queued (max 10000)``,
         ``disk reserve: ...``), or None: for readiness, which probes often.
 
-        No store call while accepts are stored: only an ``InboxFull`` starts a
-        refusal. While one lasts, the store is asked (``InboxStore.room``: the
-        backlog counted up to the limit, the disk) at most once a second, so
-        None comes back once the workers made room, with no accept tried; an
-        inbound stored (not a command) ends it too. ``StoreError`` when that
-        look fails (the last answer stays).
+        No store call while accepts are stored: an inbound stored (not a command)
+        proves room, an ``InboxFull`` starts a refusal. While one lasts, the store
+        is asked (``InboxStore.room``: the backlog counted up to the limit, the
+        disk) at most once a second, so None comes back once the workers made
+        room, with no accept tried; a stored inbound ends it too. With neither,
+        the store is asked at the first call and then at most every 5 seconds:
+        a backlog full before this inbox opened, or filled by another Host's,
+        shows. ``StoreError`` when that look fails (the last answer stays).
         """
         limits = self.limits
         if limits is None:

@@ -19,7 +19,7 @@ import pytest
 from hostkit.errors import InboxFull, InvalidValue, RuntimeFailure
 from hostkit.host import parse_config
 from hostkit.inbox import _admission as admission_module
-from hostkit.inbox._admission import RECHECK_S
+from hostkit.inbox._admission import IDLE_RECHECK_S, RECHECK_S
 from hostkit.store import COMMAND_ALLOWANCE, InboxLimits, InboxRoom
 from hostkit.types import InboundResult, SourceCheckpoint
 from tests.contract._inbox_adapters import ADAPTERS, envelope, open_inbox
@@ -274,6 +274,51 @@ async def test_a_refusal_while_a_look_is_under_way_keeps_the_inbox_refusing(
             go_on.set()
         assert answers == ["inbox full (max 2 queued)"]
         assert await sut.inbox.refusing() is not None
+
+
+async def test_an_inbox_opened_over_a_full_backlog_refuses_before_any_accept(
+    adapter: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Host restarted with a full backlog (or sharing an inbox others filled) must not
+    answer ready until its first refusal: with no accept to tell, the first probe looks,
+    and later ones look again at most every ``IDLE_RECHECK_S``."""
+    clock = SteppedMonotonic()
+    monkeypatch.setattr(admission_module, "time", clock)
+    async with open_inbox(adapter, tmp_path, limits=InboxLimits(2)) as sut:
+        filler = sut.another(owner="worker.b", limits=InboxLimits(2))
+        for key in ("a", "b"):
+            await filler.accept(envelope(key))
+        assert await sut.inbox.refusing() == "inbox full: 2 queued (max 2)"
+        for claimed in [await sut.inbox.claim() for _ in range(2)]:
+            assert claimed is not None
+            await sut.inbox.complete(claimed, InboundResult("ignored"))
+        clock.advance(RECHECK_S)
+        assert await sut.inbox.refusing() is None
+        looks: list[InboxLimits] = []
+        room = sut.store.room
+
+        async def counted(limits: InboxLimits) -> InboxRoom:
+            looks.append(limits)
+            return await room(limits)
+
+        monkeypatch.setattr(sut.store, "room", counted)
+        for key in ("c", "d"):
+            await filler.accept(envelope(key))  # another producer fills it again
+        clock.advance(IDLE_RECHECK_S / 2)
+        assert await sut.inbox.refusing() is None  # the last look answers a while
+        assert looks == []
+        clock.advance(IDLE_RECHECK_S / 2)
+        assert await sut.inbox.refusing() == "inbox full: 2 queued (max 2)"
+        assert len(looks) == 1
+        # This inbox's own stored inbound proves room as a look would.
+        claimed = await sut.inbox.claim()
+        assert claimed is not None
+        await sut.inbox.complete(claimed, InboundResult("ignored"))
+        clock.advance(RECHECK_S)
+        await sut.inbox.accept(envelope("e"))
+        clock.advance(IDLE_RECHECK_S / 2)
+        assert await sut.inbox.refusing() is None
+        assert len(looks) == 1  # no look: the stored inbound was one
 
 
 async def test_refusing_names_the_disk_reserve_of_a_local_database(
