@@ -156,6 +156,49 @@ def test_importing_hostkit_loads_no_seam_until_a_name_is_used() -> None:
     assert done.stdout.splitlines() == ["[]", "True hostkit.store"]
 
 
+# What a process needs only when it serves, fetches, sends or reads a core's Git
+# repository; each line: what is imported, and what must not be loaded by it.
+LAZY_STACKS = [
+    ("hostkit.cli", ("uvicorn", "starlette", "httpx", "httpcore", "dulwich", "yaml")),
+    ("hostkit.host", ("uvicorn", "starlette", "httpx", "httpcore", "dulwich", "yaml")),
+    # The tool-module discovery child imports the authoring API for every ``hostkit run``.
+    ("hostkit.effects", ("hostkit.store", "hostkit.providers", "sqlite3", "aiosqlite")),
+]
+
+
+@pytest.mark.parametrize(("module", "unloaded"), LAZY_STACKS)
+def test_a_command_line_loads_no_stack_it_does_not_use(
+    module: str, unloaded: tuple[str, ...]
+) -> None:
+    """Every CLI process paid for uvicorn, Starlette, httpx, dulwich and PyYAML (a third
+    of its start) though only serve, a channel, a fetch or a core uses them; each loads
+    with its first use, and each name that loads it still works."""
+    probe = f"import sys, {module}\nprint(sorted(m for m in {unloaded!r} if m in sys.modules))\n"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("package", "name"),
+    [
+        ("hostkit.host", "HostDaemon"),
+        ("hostkit.channels", "ingress_app"),
+        ("hostkit.delivery", "SlackChannel"),
+        ("hostkit.builtins.web", "web_tools"),
+        ("hostkit.cores", "CoreRegistry"),
+        ("hostkit.effects", "ApprovalRuntime"),
+    ],
+)
+def test_a_name_loaded_on_first_use_is_the_module_s_own(package: str, name: str) -> None:
+    module = importlib.import_module(package)
+    value = getattr(module, name)
+    assert value.__module__.startswith(package)
+    with pytest.raises(AttributeError, match=f"module '{package}' has no attribute 'Nope'"):
+        _ = module.Nope
+
+
 # A signal sent from inside the CLI's imports (when ``hostkit.host`` is first looked for),
 # not after a delay: on a loaded machine a timer fired before ``hostkit._launch`` itself
 # was imported, a moment no program can answer, and the test failed for no fault of it.
