@@ -75,6 +75,8 @@ async def compose_cores(
                 core = await live_core(location, store, cores_root=config.cores_root)
             except (ConfigError, StoreError):
                 raise  # a store that fails (or closed) fails the composition, not one core
+            except ImportError:
+                raise  # PyYAML or dulwich missing: a broken install, not this core's fault
             except HostkitError as exc:
                 raise ConfigError(exc.message) from None
             except Exception as exc:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -152,18 +153,21 @@ def _due(
     return [(str(principal_id), str(ref)) for principal_id, ref in found]
 
 
-def attached_refs(message: ModelMessage | Mapping[str, Any] | None) -> list[str]:
+def attached_refs(
+    message: ModelMessage | Mapping[str, Any] | None, *, unique: bool = True
+) -> list[str]:
     """The refs of the attachments a message carries: a ``ModelMessage``, or the stored
-    form of one (``{"attachments": [{"ref": ...}, ...]}``, as ``to_json`` writes it)."""
-    if message is None:
-        return []
+    form of one (``{"attachments": [{"ref": ...}, ...]}``, as ``to_json`` writes it);
+    each once, or (``unique=False``) once per attachment."""
+    refs: list[str] = []
     if isinstance(message, ModelMessage):
-        return list(dict.fromkeys(part.attachment.ref for part in message.attachments))
-    listed = message.get("attachments")
-    if not isinstance(listed, Sequence) or isinstance(listed, str):
-        return []
-    refs = (item.get("ref") for item in listed if isinstance(item, Mapping))
-    return list(dict.fromkeys(ref for ref in refs if isinstance(ref, str)))
+        refs = [part.attachment.ref for part in message.attachments]
+    elif message is not None:
+        listed = message.get("attachments")
+        if isinstance(listed, Sequence) and not isinstance(listed, str):
+            found = (item.get("ref") for item in listed if isinstance(item, Mapping))
+            refs = [ref for ref in found if isinstance(ref, str)]
+    return list(dict.fromkeys(refs)) if unique else refs
 
 
 def keep_attachments(
@@ -178,16 +182,19 @@ def keep_attachments(
     transcript carries them), in the caller's transaction; with ``required``, refuse
     (``InvalidTurnRequest``) unless every one exists.
 
-    The session's first reference to some bytes takes one pending upload of them;
-    a later one (the turn's input written after its admission, another turn of
-    the session) takes none, so it cannot take the upload another conversation's
-    turn still waits for. Admission calls it with ``required``: an attachment
-    reclaimed after the turn's pre-admission check refuses the turn as a ref
-    never added would be, rather than admitting a turn whose bytes are gone.
+    Admission calls it with ``required`` and takes one pending upload per time
+    its turn carries the bytes (the command line adds a file again for each turn
+    and each ``--attach``); an attachment reclaimed after the turn's
+    pre-admission check refuses the turn as a ref never added would be, rather
+    than admitting a turn whose bytes are gone. A transcript write takes one only
+    with the session's first reference to the bytes: the turn's input written
+    after its admission takes none, so it cannot take the upload another
+    conversation's turn still waits for.
     (On PostgreSQL a reclaim or an erase racing this reads what it writes, so
     one of the two is run again and sees what the other did.)
     """
-    wanted = list(dict.fromkeys(refs))
+    carried = Counter(refs)
+    wanted = list(carried)
     for start in range(0, len(wanted), _MAX_LOOKUP):
         chunk = wanted[start : start + _MAX_LOOKUP]
         marks = ", ".join("?" * len(chunk))
@@ -205,8 +212,12 @@ def keep_attachments(
                 "(host.attachments.add it)"
             )
         for ref in chunk:
-            if ref in present and _reference(conn, principal_id, ref, session_id):
-                _take_upload(conn, principal_id, ref)
+            if ref not in present:
+                continue
+            first = _reference(conn, principal_id, ref, session_id)
+            taken = carried[ref] if required else int(first)
+            if taken:
+                _take_uploads(conn, principal_id, ref, taken)
 
 
 def _reference(conn: sqlite3.Connection, principal_id: str, ref: str, session_id: str) -> bool:
@@ -221,17 +232,18 @@ def _reference(conn: sqlite3.Connection, principal_id: str, ref: str, session_id
     )
 
 
-def _take_upload(conn: sqlite3.Connection, principal_id: str, ref: str) -> None:
-    """One pending upload of the bytes fewer (the row goes with the last)."""
+def _take_uploads(conn: sqlite3.Connection, principal_id: str, ref: str, taken: int) -> None:
+    """``taken`` pending uploads of the bytes fewer (the row goes with the last)."""
     key = [principal_id, ref]
     gone = conn.execute(
-        "DELETE FROM attachments_pending WHERE principal_id = ? AND ref = ? AND uploads = 1", key
+        "DELETE FROM attachments_pending WHERE principal_id = ? AND ref = ? AND uploads <= ?",
+        [*key, taken],
     ).rowcount
     if gone == 0:
         conn.execute(
-            "UPDATE attachments_pending SET uploads = uploads - 1 "
+            "UPDATE attachments_pending SET uploads = uploads - ? "
             "WHERE principal_id = ? AND ref = ?",
-            key,
+            [taken, *key],
         )
 
 

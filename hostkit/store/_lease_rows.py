@@ -271,7 +271,7 @@ def admit(
     # its input waits for the core's input slot (not before: a busy session's answer
     # commits, and an upload it took would be neither pending nor referenced). One
     # reclaimed since the turn's check refuses it; the transaction rolls back.
-    refs = attached_refs(admission.input)
+    refs = attached_refs(admission.input, unique=False)
     keep_attachments(conn, admission.principal_id, session_id, refs, required=True)
     token = (held["token"] if held is not None else 0) + 1
     expires_at = now_epoch + ttl_s

@@ -148,3 +148,20 @@ async def test_an_unknown_provider_names_the_model_line(
     assert "notes" not in composed.agents
     assert not cores
     assert warnings == (f"core 'notes' is not available: {caught.value.message}",)
+
+
+async def test_a_core_library_that_cannot_be_imported_is_a_broken_install_not_one_core(
+    tmp_path: Path, store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyYAML and dulwich load with the first core: one missing must fail the way a
+    missing dependency did when every command imported them, not pass for a core whose
+    revision "cannot be read" while the Host serves on without it."""
+    path, _ = make_core(tmp_path, "notes", manifest={"model": "test"})
+    config = core_host_config(tmp_path, {"notes": path})
+
+    async def unimportable(*args: object, **kwargs: object) -> None:
+        raise ModuleNotFoundError("No module named 'yaml'", name="yaml")
+
+    monkeypatch.setattr("hostkit.host._cores.live_core", unimportable)
+    with pytest.raises(ModuleNotFoundError, match="yaml"):
+        await compose_cores(config, store.cores)

@@ -107,7 +107,8 @@ def test_a_failed_init_removes_the_directory_it_created(
         (path / "agent.yaml").write_text("id: assistant\n")
         raise ConfigError("the disk filled up halfway")
 
-    monkeypatch.setattr("hostkit.cli._init.init_core", half_a_core)
+    # ``hostkit init`` loads the core writer on use (``hostkit.cores`` names it lazily).
+    monkeypatch.setattr("hostkit.cores._starter.init_core", half_a_core)
     code, _, err = invoke("init", str(tmp_path / "new" / "hostkit.toml"))
     assert code == 2
     assert err == "error: the disk filled up halfway\n"

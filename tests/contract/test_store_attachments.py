@@ -468,6 +468,25 @@ async def test_two_uploads_of_the_same_bytes_are_two_marks(
     assert await present(runtime, b, item)
 
 
+async def test_an_erase_deletes_bytes_its_own_turns_each_uploaded_again(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """The command line adds a file again for every turn that attaches it (and for each
+    ``--attach`` of it): each admitted turn takes its own upload, so erasing the only
+    session that carried the bytes deletes them, not a day later."""
+    ops = await resolver.operator_issuer().issue("ops", reason="erase the conversation")
+    alice = await conversation(resolver, "c1", "alice")
+    item = await added(runtime, alice, png(1))
+    await finished(runtime, alice, live, item)
+    await added(runtime, alice, png(1))
+    await finished(runtime, alice, live, item)
+    for _ in range(2):
+        await added(runtime, alice, png(1))
+    await finished(runtime, alice, live, item, item)
+    assert await _erase(runtime, ops, alice) == 1
+    assert not await present(runtime, alice, item)
+
+
 async def test_a_deferred_input_written_after_an_upload_leaves_that_upload_pending(
     runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
 ) -> None:
