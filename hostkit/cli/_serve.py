@@ -65,6 +65,7 @@ from hostkit.cli._serve_logs import LogFormat, serve_logging
 from hostkit.daemon import DaemonExit
 from hostkit.errors import ConfigError, HostkitError
 from hostkit.host import Agent
+from hostkit.inspect import one_line
 from hostkit.types import plural
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ NO_CHANNELS = (
 STATUS_INTERVAL_S = 0.5
 # A status read slower than this shows the last figures (marked stale) instead.
 STATUS_TIMEOUT_S = 2.0
+# The last turn failure the status line quotes, at most (the end of a row is what is cut).
+_LAST_FAILURE_CHARS = 80
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # Started without one, no SIGHUP means a closed terminal: each is a reload.
 _NO_TERMINAL = Terminal(attached=False)
@@ -396,6 +399,15 @@ def status_text(status: ServeStatus, *, stale: bool = False, width: int | None =
         f"dead letters {status.dead_letters}",
         style="bold" if status.dead_letters == 0 else "bold yellow",
     )
+    turns = status.turns
+    if turns.failed:
+        # Failure notices count as delivered: only this says the turns fail (a provider
+        # outage). Red while the latest failed in a row, with why; yellow once answered.
+        line.append(" · ", style="bold")
+        failed = f"failed {turns.failed}"
+        if turns.failing and turns.last_failure:
+            failed += f" (last: {one_line(turns.last_failure, _LAST_FAILURE_CHARS)})"
+        line.append(failed, style="bold red" if turns.failing else "bold yellow")
     for daemon in status.daemons:
         if daemon.state != "running":
             line.append(f"  {daemon.name} ", style="dim")

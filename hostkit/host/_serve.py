@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -51,7 +51,7 @@ from hostkit.host._config_channels import ChannelConfig
 from hostkit.host._defaults import channel_secret
 from hostkit.host._reload import ConfigWatcher, ReloadOutcome
 from hostkit.host._serve_http import DrainGate, WebhookServer, bind_listener
-from hostkit.inbox import RetentionSweeper
+from hostkit.inbox import RetentionSweeper, TurnsEnded
 from hostkit.types import is_seconds, is_text
 
 if TYPE_CHECKING:
@@ -85,12 +85,16 @@ class ServeStatus:
     """A live snapshot of a serving Host, for status lines and widgets.
 
     ``queued``: inbound messages waiting for a turn; ``running``: turns in
-    flight in this process; ``delivered``: answers this process delivered;
-    ``dead_letters``: inbound messages and answers given up on, all of them
-    stored (they wait for an operator: ``hostkit inbox dlq``, ``hostkit
-    delivery list``); ``troubled``: daemons in backoff or failed now;
-    ``listening``: the webhook server's URL (the actual port when
-    ``[serve] port = 0``), None before it is bound; ``generation``: the
+    flight in this process; ``delivered``: answers this process delivered
+    (a failed turn's notice to its sender too); ``turns``: how this
+    process's turns for inbound messages ended (how many without an answer:
+    failed, lost, cut off; the last one's reason; whether the latest failed
+    in a row, as through a provider outage); ``dead_letters``: inbound
+    messages and answers given up on, all of them stored (they wait for an
+    operator: ``hostkit inbox dlq``, ``hostkit delivery list``);
+    ``troubled``: daemons in backoff or failed now; ``listening``: the
+    webhook server's URL (the actual port when ``[serve] port = 0``), None
+    before it is bound; ``generation``: the
     configuration generation new turns use; ``reload``: the last reload's
     outcome ("generation 3 applied (...)", "config rejected: ...; generation 2
     keeps serving"), None before one.
@@ -105,6 +109,7 @@ class ServeStatus:
     ready: bool
     generation: int = 1
     reload: ReloadOutcome | None = None
+    turns: TurnsEnded = field(default_factory=TurnsEnded)
 
     @property
     def troubled(self) -> int:
@@ -327,13 +332,20 @@ class HostDaemon(Background):
             ready=self.ready,
             generation=self.host.generation,
             reload=None if self.watcher is None else self.watcher.last,
+            turns=self.worker.turns.snapshot(),
         )
 
     def _time_left(self) -> float | None:
         return None if self.supervisor is None else self.supervisor.time_left()
 
     def _readiness(self) -> tuple[bool, Mapping[str, Any]]:
-        return self.ready, {d.name: d.state for d in self.statuses()}
+        """Ready while every daemon runs. Failing turns are said in ``checks["turns"]``
+        but leave it ready: a provider outage fails every Host alike, and taking them
+        all out of rotation would refuse the messages they still store for later."""
+        checks: dict[str, Any] = {d.name: d.state for d in self.statuses()}
+        if (turns := self.worker.turns.snapshot().check()) is not None:
+            checks["turns"] = turns
+        return self.ready, checks
 
     # -- control ----------------------------------------------------------------------
 

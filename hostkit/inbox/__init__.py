@@ -10,6 +10,7 @@ in-memory one (``ChannelInbox.in_memory``).
 from hostkit.inbox._inbox import FRONT_END_CHANNELS, RESERVED_INBOUND_CHANNELS, ChannelInbox
 from hostkit.inbox._policy import DEDUP_HORIZON_S, RetentionPolicy, RetryPolicy
 from hostkit.inbox._retention import RetentionSweeper
+from hostkit.inbox._tally import TurnsEnded
 from hostkit.inbox._worker import (
     FindTurn,
     InboxWorker,
@@ -35,4 +36,5 @@ __all__ = [
     "RunCommand",
     "RunTurn",
     "TellUnread",
+    "TurnsEnded",
 ]

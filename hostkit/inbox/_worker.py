@@ -59,6 +59,7 @@ from hostkit.inbox._outcomes import (
     result_of,
     unsupported_content,
 )
+from hostkit.inbox._tally import TurnTally
 from hostkit.store import MAX_CLAIM_BATCH
 from hostkit.types import (
     UNPROCESSABLE,
@@ -220,6 +221,8 @@ class InboxWorker(Background):
         self._running = False
         self._stopping = False
         self._handled = 0
+        # How this worker's turns ended (a serve's status line and readiness show it).
+        self.turns = TurnTally()
 
     # -- observation ------------------------------------------------------------------
 
@@ -499,7 +502,9 @@ class InboxWorker(Background):
         result, error, lost = await self._run(claimed, request)
         if lost:
             self._lost(claimed, "while its turn ran")
-        elif result is not None:
+            return
+        self._count(result, error)
+        if result is not None:
             if result.outcome not in ("completed", "needs_user", "cancelled"):
                 # The message is answered (the sender gets the Host's notice), yet an
                 # operator should hear of it: after a bad reload every turn may fail. A
@@ -515,6 +520,23 @@ class InboxWorker(Background):
         else:
             assert error is not None
             await self._failed(claimed, error)
+
+    def _count(self, result: TurnResult | None, error: BaseException | None) -> None:
+        """Tally how a turn ended (``turns``): answered, or not (failed, lost, cut off or
+        raised). A cancel is someone's decision, and waiting for an earlier attempt's turn
+        or giving a turn back at shutdown ends nothing."""
+        if result is not None:
+            if result.outcome in ("completed", "needs_user"):
+                self.turns.answered()
+            elif result.outcome != "cancelled":
+                self.turns.failed(f"{result.outcome}: {result.error or 'no reason recorded'}")
+        elif isinstance(error, TimeoutError):
+            self.turns.failed(f"cut off: no result within {self._turn_timeout_s:g} s")
+        elif error is not None and not (isinstance(error, TurnInProgress) or self._winding_down):
+            name = type(error).__name__
+            self.turns.failed(
+                f"{name}: {error.message}" if isinstance(error, HostkitError) else name
+            )
 
     async def _tell(self, claimed: ClaimedInbound, tell: TellUnread) -> None:
         """Tell the sender their message will not be answered; the dead letter comes either

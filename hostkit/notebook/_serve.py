@@ -4,7 +4,8 @@ The daemon (``Host.serve``: webhooks, inbox worker, delivery, pollers under
 one supervisor) runs as a task on the loop the kernel already runs, so the
 turns it starts share the loop with the notebook's own cells: no thread, no
 second loop. ``ServeMonitor`` draws the daemon's ``ServeStatus`` (daemons
-and their states; queued, running, delivered, dead letters) and refreshes it on
+and their states; queued, running, delivered, dead letters; turns that ended
+without an answer, once there are any) and refreshes it on
 a bounded interval, and at once when a daemon changes state, while the
 daemon runs; it stops with the daemon. ``ServeHandle.stop`` drains: the
 webhook server stops accepting, turns in flight get the drain time, leases
@@ -134,6 +135,8 @@ class ServeMonitor(_Inspector):
             "  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
             for row in rows
         )
+        if (turns := status.turns.check()) is not None:
+            lines.append(f"turns {one_line(turns, _ERROR_CHARS)}")
         if self.error:
             lines.append(f"refresh failed: {one_line(self.error, _ERROR_CHARS)}")
         return "\n".join(lines)
@@ -288,6 +291,10 @@ def _status_html(status: ServeStatus, error: str) -> str:
         for cells in (_daemon_cells(d),)
     )
     parts.append(table_html(_DAEMON_COLUMNS, body))
+    if (turns := status.turns.check()) is not None:
+        # Failure notices count as delivered: this line says the turns fail.
+        color = ERROR if status.turns.failing else MUTED
+        parts.append(f"<div style='color:{color}'>turns {esc(one_line(turns, _ERROR_CHARS))}</div>")
     if error:
         parts.append(f"<div style='color:{ERROR}'>refresh failed: {esc(error)}</div>")
     return panel_html(*parts)

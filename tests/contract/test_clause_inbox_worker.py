@@ -779,3 +779,47 @@ def test_only_a_turn_the_host_cut_off_is_recorded_as_cut_off(
     recorded = result_of(result)
     assert recorded.detail.startswith("cut off by the Host") is cut
     assert recorded.detail.endswith("nothing was replayed")
+
+
+async def test_the_worker_tallies_the_turns_that_ended_without_an_answer() -> None:
+    """``worker.turns`` (a serve's status line and /readyz read it): failed and lost
+    turns, a turn runner's error and a turn cut off count, with the last reason; a cancel
+    counts neither way, and an answered turn ends a "failing" run."""
+    inbox = ChannelInbox.in_memory(policy=POLICY)
+
+    async def run_turn(request: TurnRequest) -> TurnResult:
+        if request.input == "raise":
+            raise ProviderError("credential service down", provider="test")
+        if request.input == "slow":
+            await anyio.sleep(30)
+        return TurnResult(
+            request_id=request.request_id,
+            turn_id="turn-1",
+            session_id="session-1",
+            core_id="assistant",
+            core_revision="r1",
+            outcome=request.input,  # type: ignore[arg-type]
+            text="",
+            error=None if request.input == "completed" else "provider failed: test: HTTP 529",
+        )
+
+    worker = InboxWorker(inbox, run_turn, concurrency=1, idle_poll_s=0.05, turn_timeout_s=0.2)
+    for text in ("failed", "lost", "cancelled", "raise", "slow"):
+        await inbox.accept(envelope(text))
+    with anyio.fail_after(10):
+        await worker.drain()
+    ended = worker.turns.snapshot()
+    assert (ended.failed, ended.recent_failed, ended.recent, ended.failing) == (4, 4, 4, True)
+    assert ended.last_failure == "cut off: no result within 0.2 s"
+    assert ended.check() == (
+        "failing: 4 of the last 4 turns, last: cut off: no result within 0.2 s"
+    )
+    # Another conversation: this one's retries of "raise" and "slow" wait their backoff.
+    await inbox.accept(envelope("completed", conversation="chat-2"))
+    with anyio.fail_after(10):
+        await worker.drain()
+    ended = worker.turns.snapshot()
+    assert (ended.failed, ended.recent_failed, ended.recent, ended.failing) == (4, 4, 5, False)
+    assert ended.check() == (
+        "answering: 4 of the last 5 turns failed, last: cut off: no result within 0.2 s"
+    )

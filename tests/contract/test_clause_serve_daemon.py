@@ -28,7 +28,8 @@ import httpx
 import pytest
 
 from hostkit.channels import MIN_SIGNING_SECRET, ingress_app, sign_webhook
-from hostkit.errors import ConfigError
+from hostkit.cli import _serve as cli_serve
+from hostkit.errors import ConfigError, ProviderError
 from hostkit.host import Host, HostDaemon, parse_config
 from hostkit.host._defaults import ConfiguredChannels
 from hostkit.inbox import _admission as admission_module
@@ -85,7 +86,7 @@ class SlowModel:
 @asynccontextmanager
 async def serving(
     tmp_path: Path,
-    model: SlowModel,
+    model: SlowModel | OutageModel,
     changes: Changes | None = None,
     serve: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[Host, HostDaemon, WebhookReceiver]]:
@@ -472,3 +473,64 @@ def _outbox_rows(conn: Any) -> None:
             "'2026-01-01T00:00:00.000Z', 1.0)",
             [f"out_{n}", f"inb_{n}", status],
         )
+
+
+class OutageModel:
+    """Fails every call like a provider in an outage (HTTP 529) while ``down``, else echoes."""
+
+    def __init__(self) -> None:
+        self.down = True
+
+    async def __call__(self, request: ModelRequest) -> Reply:
+        if self.down:
+            raise ProviderError("HTTP 529: overloaded", provider="test", status=529)
+        return Reply("echo: back")
+
+
+async def test_a_provider_outage_shows_in_the_status_and_readiness_but_keeps_it_ready(
+    tmp_path: Path,
+) -> None:
+    """Every turn failing (its sender told so: delivered) is counted with the last reason,
+    in the status line and in /readyz's checks, which stay 200 (an outage fails every Host
+    alike); once answers succeed again the "failing" goes, the count stays."""
+    model = OutageModel()
+    async with serving(tmp_path, model) as (host, daemon, _):
+        assert daemon.url is not None
+        async with httpx.AsyncClient(base_url=daemon.url, timeout=10) as client:
+            for n in range(3):
+                body, headers = _signed(f"evt-{n}", "hello")
+                accepted = await client.post("/channels/hooks", content=body, headers=headers)
+                await _state(host, accepted.json()["inbound_id"], "completed")
+            status = await daemon.status()
+            assert (status.turns.failed, status.turns.recent_failed, status.turns.recent) == (
+                3,
+                3,
+                3,
+            )
+            assert status.turns.failing
+            assert (
+                status.turns.last_failure == "failed: provider failed: test: HTTP 529: overloaded"
+            )
+            line = cli_serve.status_text(status, width=300)
+            assert "· failed 3 (last: failed: provider failed: test: HTTP 529" in line.plain
+            styles = {line.plain[s.start : s.end]: str(s.style) for s in line.spans}
+            assert any(k.startswith("failed 3") and v == "bold red" for k, v in styles.items())
+            ready = await client.get("/readyz")
+            assert (ready.status_code, ready.json()["status"]) == (200, "ready")
+            assert ready.json()["checks"]["turns"] == (
+                "failing: 3 of the last 3 turns, last: failed: provider failed: test: "
+                "HTTP 529: overloaded"
+            )
+            model.down = False
+            body, headers = _signed("evt-back", "hello")
+            accepted = await client.post("/channels/hooks", content=body, headers=headers)
+            await _state(host, accepted.json()["inbound_id"], "completed")
+            status = await daemon.status()
+            assert (status.turns.failed, status.turns.failing) == (3, False)
+            line = cli_serve.status_text(status, width=300)
+            assert "dead letters 0 · failed 3  " in line.plain  # no "(last: ...)"
+            styles = {line.plain[s.start : s.end]: str(s.style) for s in line.spans}
+            assert styles["failed 3"] == "bold yellow"
+            ready = await client.get("/readyz")
+            assert ready.status_code == 200
+            assert ready.json()["checks"]["turns"].startswith("answering: 3 of the last 4 turns")
