@@ -17,7 +17,12 @@ response past one fails at the item that passed it, with a ``ProviderError``
 naming the bound, and nothing of it reaches the turn. Usage counts are taken
 only as counts (``hostkit.adapters._usage``). A stream that stops before the
 item marking the response finished (``Draft.ended``) was cut: it fails with a
-``ProviderError`` too, so a partial answer's tool calls never run.
+``ProviderError`` too, so a partial answer's tool calls never run. So does one
+that sends nothing new for ``timeout_s``: the HTTP client's read timeout is
+reset by any byte, and a server or gateway that keeps an idle stream open
+(SSE comments, Anthropic's ``ping`` events) would otherwise hold the turn for
+ever. Only an item that moves the response on (``Draft.progress``, or output
+the adapter does not keep, such as reasoning) restarts that deadline.
 """
 
 from __future__ import annotations
@@ -118,7 +123,9 @@ class Draft:
     """What a response has delivered so far, in provider-neutral terms.
 
     ``tokens`` holds the reported counts (filled by ``report_usage``).
-    ``count`` is the number of streamed items folded in. ``ended`` says the
+    ``count`` is the number of streamed items folded in; ``gains`` how many
+    times one of the methods below added something (text, a call, an id or a
+    name, a fragment, a changed count). ``ended`` says the
     provider marked the response finished (a finish reason on a choice, a
     ``message_stop``): a stream that stops before then was cut, and is no
     answer. ``meter`` counts the calls and bytes against the response bounds;
@@ -133,6 +140,7 @@ class Draft:
     finish: str | None = None
     tokens: dict[str, int] = field(default_factory=dict)
     count: int = 0
+    gains: int = 0
     ended: bool = False
     meter: ResponseMeter = field(default_factory=ResponseMeter)
     # The call opened last, which a tool-call fragment naming no call continues.
@@ -140,9 +148,14 @@ class Draft:
     # Usage fields that arrived as no count: what each was (never its value).
     unusable_usage: dict[str, str] = field(default_factory=dict)
 
+    def progress(self) -> tuple[int, str | None, bool]:
+        """A mark that changes whenever the response moves on; a keep-alive leaves it as it was."""
+        return (self.gains, self.finish, self.ended)
+
     def add_text(self, text: str) -> str:
         """Append a text delta (or a whole body's text); return it."""
         self.text.append(self.meter.add(text))
+        self.gains += bool(text)
         return text
 
     def open_call(
@@ -170,6 +183,7 @@ class Draft:
         call.start_input = start_input
         self.calls[index] = call
         self.last_call = index
+        self.gains += 1
         return call
 
     def call(self, index: int) -> PartialCall:
@@ -179,12 +193,15 @@ class Draft:
 
     def identify(self, call: PartialCall, *, call_id: str | None, name: str | None) -> None:
         """Give ``call`` the id and name it does not have yet (the first ones sent stand)."""
+        known = (call.call_id, call.name)
         call.call_id = call.call_id or self.meter.call_id(call_id or "")
         call.name = call.name or self.meter.name(name or "")
+        self.gains += (call.call_id, call.name) != known
 
     def add_fragment(self, call: PartialCall, fragment: str) -> None:
         """Append one fragment of ``call``'s argument JSON."""
         call.fragments.append(self.meter.add(fragment))
+        self.gains += bool(fragment)
 
     def report_usage(self, counts: Mapping[str, object]) -> None:
         """Take reported counts under ``input``, ``output``, ``cache_read``, ``cache_write``.
@@ -199,6 +216,7 @@ class Draft:
             count = token_count(value)
             if count is None:
                 self.unusable_usage[key] = unusable(value)
+            self.gains += self.tokens.get(key) != (count or 0)
             self.tokens[key] = count or 0
 
     def response(self, *, provider: str, model: str, cache_in_input: bool) -> ModelResponse:
@@ -284,9 +302,9 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
         """Yield text deltas, then one ``done`` event with the full normalized response.
 
         Failures before the first item are retried like ``complete``; once an
-        item has arrived a failure (a dropped connection, an ``error`` event)
-        raises ``ProviderError`` and nothing is re-sent. Close the iterator
-        (``contextlib.aclosing``) if you stop early.
+        item has arrived a failure (a dropped connection, an ``error`` event,
+        ``timeout_s`` without progress) raises ``ProviderError`` and nothing is
+        re-sent. Close the iterator (``contextlib.aclosing``) if you stop early.
         """
         client = await self._sdk()
         params = self._params(request, stream=True)
@@ -304,7 +322,7 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
                 request_id=self._request_id(items.response.headers.get(self._request_id_header))
             )
             try:
-                first = await self._pull(items, draft, before_first=True)
+                first = await self._pull(items, draft)
             except BaseException:
                 with anyio.CancelScope(shield=True):
                     await items.close()
@@ -316,7 +334,7 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
             while True:
                 if text:
                     yield StreamEvent(kind="text", text=text)
-                pulled = await self._pull(items, draft, before_first=False)
+                pulled = await self._pull(items, draft)
                 if pulled is None:
                     break
                 text = pulled
@@ -360,8 +378,28 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
             provider=self._name, model=self._model, cache_in_input=self._cache_in_input
         )
 
-    async def _pull(self, items: _ItemStream, draft: Draft, *, before_first: bool) -> str | None:
-        """Read one item into ``draft``; its text delta, or None at the end of the stream."""
+    async def _pull(self, items: _ItemStream, draft: Draft) -> str | None:
+        """Read items into ``draft`` until one moves the response on; its text delta, or None
+        at the end of the stream.
+
+        Fails once ``timeout_s`` passes without such an item: keep-alives (SSE
+        comments, which the SDK drops, and ``ping`` events, which add nothing)
+        reset the HTTP client's read timeout but not this deadline.
+        """
+        with anyio.move_on_after(self._timeout_s):
+            while True:
+                before = draft.progress()
+                item = await self._next(items, draft)
+                if item is None:
+                    return None
+                text = self._fold(item, draft)
+                if text or draft.progress() != before or self._unkept_output(item):
+                    return text
+        stalled = TimeoutError(f"timed out: nothing new for {self._timeout_s:g}s")
+        raise self._broke_off(stalled, draft) from None
+
+    async def _next(self, items: _ItemStream, draft: Draft) -> ItemT | None:
+        """The next item, or None at the end of a stream whose response finished."""
         try:
             item: ItemT = await items.__anext__()
         except StopAsyncIteration:
@@ -376,15 +414,23 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
                 raise ProviderError(message, provider=self._name, status=200) from None
             return None
         except (self._errors.connection, *self._errors.transport) as exc:
-            if before_first and over_bound(exc) is None:
-                # Headers arrived but no item did: nothing was generated for us, so retry.
-                message = f"connection lost: {self._redact(exc)}"
-                raise ProviderError(message, provider=self._name, retryable=True) from exc
-            raise self._arrived_error("stream broke off", exc) from exc
+            raise self._broke_off(exc, draft) from exc
         except Exception as exc:
             # Past the wire bound (``hostkit.adapters._wire``) too: a refusal, never retried.
             raise self._arrived_error("stream failed", exc) from exc
         draft.count += 1
+        return item
+
+    def _broke_off(self, exc: BaseException, draft: Draft) -> ProviderError:
+        """The stream stopped delivering (dropped, timed out): retried only before any item."""
+        if draft.count == 0 and over_bound(exc) is None:
+            # Headers arrived but no item did: nothing was generated for us, so retry.
+            message = f"connection lost: {self._redact(exc)}"
+            return ProviderError(message, provider=self._name, retryable=True)
+        return self._arrived_error("stream broke off", exc)
+
+    def _fold(self, item: ItemT, draft: Draft) -> str:
+        """``_apply`` with its failures mapped; the item's text delta."""
         try:
             return self._apply(item, draft)
         except OverBound as exc:
@@ -392,6 +438,14 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
             raise refused(exc, provider=self._name) from exc
         except Exception as exc:
             raise self._arrived_error(f"malformed stream {self._unit}", exc) from exc
+
+    def _unkept_output(self, item: ItemT) -> bool:
+        """Whether ``item`` carries model output the draft does not keep (reasoning, say).
+
+        Such an item is progress all the same: a model that thinks for longer
+        than ``timeout_s`` before it answers is not stalled.
+        """
+        return False
 
     @abstractmethod
     def _endpoint(self, client: ClientT) -> Any:

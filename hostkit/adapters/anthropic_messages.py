@@ -48,6 +48,8 @@ ANTHROPIC_ATTACHMENTS = AttachmentSupport(
 )
 
 _PLACEHOLDER_KEY = "not-needed"
+# Events that only keep a stream open (the SDK yields them, though its event union omits them).
+_KEEP_ALIVE_EVENTS = frozenset({"ping"})
 # The API's usage fields, by the names the shared draft counts them under.
 _TOKEN_FIELDS = {
     "input_tokens": "input",
@@ -178,6 +180,10 @@ class AnthropicProvider(SdkModelProvider[anthropic.AsyncAnthropic, RawMessageStr
         elif item.type == "message_stop":
             draft.ended = True
         return ""
+
+    def _unkept_output(self, item: RawMessageStreamEvent) -> bool:
+        # Thinking and server-tool blocks move the answer on too; only a ping is a keep-alive.
+        return item.type not in _KEEP_ALIVE_EVENTS
 
     def _status_detail(self, exc: anthropic.APIStatusError) -> str:
         return exc.api_message or exc.message

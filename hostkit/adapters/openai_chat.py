@@ -178,6 +178,17 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
                     draft.add_fragment(call, function.arguments or "")
         return delta_text
 
+    def _unkept_output(self, item: ChatCompletionChunk) -> bool:
+        # A refusal, or the reasoning compatible servers stream before the answer under a
+        # field of their own (``reasoning_content``, ``reasoning``), for minutes at a time.
+        for choice in item.choices or ():
+            delta: ChoiceDelta | None = choice.delta
+            if delta is not None and (
+                delta.refusal or any(value for value in (delta.model_extra or {}).values())
+            ):
+                return True
+        return False
+
     def _status_detail(self, exc: openai.APIStatusError) -> str:
         body = exc.body
         if isinstance(body, Mapping):

@@ -85,6 +85,11 @@ LONG = ModelRequest(
 # Well past the local model's 2048-token window whatever the tokenizer; the wire servers refuse
 # whatever they are sent.
 TOO_LONG = ModelRequest(messages=(ModelMessage(role="user", content="word " * 5000),))
+# The stall tests' timeout_s, and the pace of their keep-alives and slow streams (inside it).
+STALL_S = 1.0
+PACE_S = 0.3
+# An SSE comment, which every SDK drops: a keep-alive before any item.
+COMMENT = b": keep-alive\n\n"
 # One word a delta: ScriptedModel streams its text split at spaces.
 TEXT = Answer(deltas=("Red, ", "orange ", "and ", "yellow."), usage=Usage(19, 10))
 TOOLS = Answer(
@@ -738,6 +743,83 @@ async def test_stream_that_ends_before_the_response_finished_is_an_error(
 
 
 @rigs(WIRE)
+@pytest.mark.parametrize("arrived", ["first-item", "first-delta"])
+async def test_a_stream_kept_alive_with_nothing_new_fails_after_timeout_s(
+    rig: WireRig, arrived: str
+) -> None:
+    """Keep-alives (OpenRouter's SSE comments, which the SDK drops; Anthropic's ``ping``
+    events, which add nothing) reset the HTTP client's read timeout with every byte: such a
+    stream held its turn for ever. ``timeout_s`` bounds the wait for anything new, and what
+    arrived (a chunk, an event) is not asked for again."""
+    if arrived == "first-item":
+        opening = rig.fmt.answer_events(TEXT)[:1]  # the role chunk; message_start
+    else:
+        opening = rig.fmt.opening_events(TEXT)
+    rig.wire.script(
+        sse_reply(opening, hold=True, pause_s=PACE_S, keep_alive=rig.fmt.KEEP_ALIVE),
+        rig.fmt.answer_reply(TEXT, stream=True),
+    )
+    provider = rig.connect(rig.wire.base_url, timeout_s=STALL_S)
+    seen: list[StreamEvent] = []
+    started = anyio.current_time()
+    try:
+        with anyio.fail_after(STALL_S * 5), pytest.raises(ProviderError) as raised:
+            await collect_into(seen, provider, ASK)
+    finally:
+        await provider.aclose()
+    assert anyio.current_time() - started < STALL_S * 3
+    said = f"{rig.provider.name}: stream broke off: timed out: nothing new for 1s"
+    assert str(raised.value) == said
+    assert [event.text for event in seen] == ([] if arrived == "first-item" else [TEXT.deltas[0]])
+    assert raised.value.status == 200
+    assert not raised.value.retryable
+    assert rig.served == 1
+    await rig.released()
+
+
+@rigs(WIRE)
+async def test_a_stream_kept_alive_before_its_first_item_is_retried(rig: WireRig) -> None:
+    """Headers, then only SSE comments: nothing arrived, so after ``timeout_s`` the request is
+    sent again, like a stream whose connection dropped before its first item."""
+    rig.wire.script(
+        sse_reply((COMMENT,), hold=True, pause_s=PACE_S, keep_alive=COMMENT),
+        rig.fmt.answer_reply(TEXT, stream=True),
+    )
+    provider = rig.connect(rig.wire.base_url, timeout_s=STALL_S)
+    started = anyio.current_time()
+    try:
+        with anyio.fail_after(STALL_S * 5):
+            response = done(await collect(provider, ASK))
+    finally:
+        await provider.aclose()
+    assert anyio.current_time() - started < STALL_S * 3
+    assert response == TEXT.response(provider=rig.provider.name, model=rig.answering_model)
+    assert rig.served == 2
+    assert len(rig.policy.waits) == 1
+
+
+@rigs(WIRE)
+@pytest.mark.parametrize("kind", ["answer", "reasoning"])
+async def test_a_slow_stream_that_keeps_moving_is_not_cut(rig: WireRig, kind: str) -> None:
+    """``timeout_s`` bounds the wait for the next thing, not the stream: an answer paced
+    inside it arrives whole however long it takes, and so does one that reasons (output the
+    adapter does not keep) for longer than ``timeout_s`` before it answers."""
+    reply = rig.fmt.answer_reply(TEXT, stream=True)
+    first, *rest = reply.chunks
+    thinking = rig.fmt.reasoning_events(5) if kind == "reasoning" else ()
+    rig.wire.script(dataclasses.replace(reply, chunks=(first, *thinking, *rest), pause_s=PACE_S))
+    provider = rig.connect(rig.wire.base_url, timeout_s=STALL_S)
+    started = anyio.current_time()
+    try:
+        response = done(await collect(provider, ASK))
+    finally:
+        await provider.aclose()
+    assert anyio.current_time() - started > STALL_S * 2
+    assert response == TEXT.response(provider=rig.provider.name, model=rig.answering_model)
+    assert rig.served == 1
+
+
+@rigs(WIRE)
 @STREAMED
 @pytest.mark.parametrize(
     "count",
@@ -816,8 +898,20 @@ async def test_a_body_past_the_wire_bounds_fails_while_it_arrives(rig: WireRig, 
         reply = sse_reply((comment,) * (MAX_WIRE_BYTES // len(comment) + 1), hold=True)
         said = f"more than {MAX_WIRE_BYTES} bytes on the wire"
     rig.wire.script(reply)
-    with anyio.fail_after(20), pytest.raises(ProviderError) as raised:
-        await answer(rig, ASK, stream=flood != "one-body")
+    # Bytes with no item: past ``timeout_s`` that is a stall too. The bound must fail first,
+    # however slowly a loaded machine parses the flood.
+    provider = rig.connect(rig.wire.base_url, timeout_s=120)
+
+    async def ask() -> ModelResponse:
+        if flood == "one-body":
+            return await provider.complete(ASK)
+        return done(await collect(provider, ASK))
+
+    try:
+        with anyio.fail_after(60), pytest.raises(ProviderError) as raised:
+            await ask()
+    finally:
+        await provider.aclose()
     assert said in str(raised.value)
     assert raised.value.status == 200
     assert not raised.value.retryable

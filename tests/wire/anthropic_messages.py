@@ -16,6 +16,7 @@ from tests.wire.scenario import Answer
 from tests.wire.server import Reply, json_reply, sse_reply
 
 __all__ = [
+    "KEEP_ALIVE",
     "MODEL",
     "WRONG_SHAPE",
     "answer_events",
@@ -27,6 +28,7 @@ __all__ = [
     "message",
     "opening_events",
     "overflow_reply",
+    "reasoning_events",
     "sse",
     "stream_error",
     "text_block",
@@ -48,6 +50,8 @@ _STOP: Mapping[FinishReason, str] = {
     # A server tool paused a long turn; no hostkit reason of its own.
     "other": "pause_turn",
 }
+# What the API sends while the model is busy: an event that adds nothing to the answer.
+KEEP_ALIVE = b'event: ping\ndata: {"type": "ping"}\n\n'
 _ERROR_KINDS = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -215,6 +219,20 @@ def opening_events(answer: Answer) -> tuple[bytes, ...]:
     """The stream through its first text delta: message_start, block start, ping, delta."""
     assert answer.deltas, "the answer has no text to open with"
     return answer_events(answer)[:4]
+
+
+def reasoning_events(count: int) -> tuple[bytes, ...]:
+    """A thinking block of ``count`` deltas (index 0 like the text block after it: the adapter
+    keeps the index of tool blocks only)."""
+    thinking = {"type": "thinking", "thinking": "", "signature": ""}
+    delta = {"type": "thinking_delta", "thinking": "Hmm. "}
+    return sse(
+        [
+            event("content_block_start", index=0, content_block=thinking),
+            *[event("content_block_delta", index=0, delta=delta)] * count,
+            event("content_block_stop", index=0),
+        ]
+    )
 
 
 def malformed_event() -> bytes:

@@ -16,6 +16,7 @@ from tests.wire.scenario import Answer
 from tests.wire.server import Reply, json_reply, sse_reply
 
 __all__ = [
+    "KEEP_ALIVE",
     "MODEL",
     "WRONG_SHAPE",
     "answer_events",
@@ -27,6 +28,7 @@ __all__ = [
     "malformed_event",
     "opening_events",
     "overflow_reply",
+    "reasoning_events",
     "sse",
     "stream_error",
     "tool_call",
@@ -37,6 +39,8 @@ __all__ = [
 ]
 
 MODEL = "gpt-4o-2024-08-06"
+# What OpenRouter sends while a model is busy: an SSE comment, which the SDK drops.
+KEEP_ALIVE = b": OPENROUTER PROCESSING\n\n"
 CREATED = 1_741_569_952
 # A 200 that parses as JSON but is no chat completion with a choice.
 WRONG_SHAPE = '{"id": "chatcmpl-1", "object": "chat.completion", "choices": []}'
@@ -245,6 +249,13 @@ def opening_events(answer: Answer) -> tuple[bytes, ...]:
     """The stream through its first text delta: the role chunk, then the first text chunk."""
     assert answer.deltas, "the answer has no text to open with"
     return answer_events(answer)[:2]
+
+
+def reasoning_events(count: int) -> tuple[bytes, ...]:
+    """``count`` chunks of reasoning, as compatible servers stream it before the answer."""
+    base = {"id": "chatcmpl-stream-1", "object": "chat.completion.chunk", "created": CREATED}
+    thinking = {"index": 0, "delta": {"reasoning_content": "Hmm. "}, "finish_reason": None}
+    return sse([{**base, "model": MODEL, "choices": [thinking]}] * count, done=False)
 
 
 def malformed_event() -> bytes:

@@ -49,6 +49,8 @@ API_KEY = "gw-test-0123456789abcdefXYZ"
 # Not a real model id: the anthropic SDK warns (an error here) for ids it knows to be deprecated.
 ANTHROPIC_MODEL = "claude-test"
 ATTEMPTS = 3
+# The adapters' timeout_s: how long a wire rig's stream may go without anything new.
+TIMEOUT_S = 5.0
 RELEASE_DEADLINE_S = 5.0
 RELEASE_POLL_S = 0.02
 
@@ -129,19 +131,19 @@ class WireRig(ScriptableRig):
         kind: str,
         wire: WireServer,
         fmt: ModuleType,
-        connect: Callable[[str, RecordingRetryPolicy], ModelProvider],
+        connect: Callable[[str, RecordingRetryPolicy, float], ModelProvider],
     ) -> None:
         self.wire = wire
         self.fmt = fmt
         self._connect = connect
         self._held = False
         policy = RecordingRetryPolicy(max_attempts=ATTEMPTS)
-        super().__init__(kind, connect(wire.base_url, policy), answering_model=fmt.MODEL)
+        super().__init__(kind, connect(wire.base_url, policy, TIMEOUT_S), answering_model=fmt.MODEL)
         self.policy = policy
 
-    def connect(self, base_url: str) -> ModelProvider:
+    def connect(self, base_url: str, *, timeout_s: float = TIMEOUT_S) -> ModelProvider:
         """Another provider like this rig's, pointed at ``base_url`` (the caller closes it)."""
-        return self._connect(base_url, self.policy)
+        return self._connect(base_url, self.policy, timeout_s)
 
     def expect(self, answer: Answer, *, stream: bool) -> None:
         self.wire.script(self.fmt.answer_reply(answer, stream=stream))
@@ -209,15 +211,23 @@ async def openai_rig() -> AsyncIterator[WireRig]:
             await built.aclose()
 
 
-def _openai(base_url: str, policy: RecordingRetryPolicy) -> ModelProvider:
+def _openai(base_url: str, policy: RecordingRetryPolicy, timeout_s: float) -> ModelProvider:
     return OpenAIChatProvider(
-        model="gpt-4o", base_url=f"{base_url}/v1", api_key=API_KEY, retry=policy, timeout_s=5
+        model="gpt-4o",
+        base_url=f"{base_url}/v1",
+        api_key=API_KEY,
+        retry=policy,
+        timeout_s=timeout_s,
     )
 
 
-def _anthropic(base_url: str, policy: RecordingRetryPolicy) -> ModelProvider:
+def _anthropic(base_url: str, policy: RecordingRetryPolicy, timeout_s: float) -> ModelProvider:
     return AnthropicProvider(
-        model=ANTHROPIC_MODEL, base_url=base_url, api_key=API_KEY, retry=policy, timeout_s=5
+        model=ANTHROPIC_MODEL,
+        base_url=base_url,
+        api_key=API_KEY,
+        retry=policy,
+        timeout_s=timeout_s,
     )
 
 

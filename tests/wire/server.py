@@ -10,6 +10,7 @@ inspects what the server saw.
 from __future__ import annotations
 
 import json
+import math
 import socket
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -39,7 +40,10 @@ class Reply:
     ``complete=False`` drops the connection after the last chunk without
     finishing the body: the client sees a response that broke off mid-way.
     ``hold=True`` neither finishes nor drops it: the server waits, as a slow
-    model would, until the client goes away (``WireServer.released``).
+    model would, until the client goes away (``WireServer.released``),
+    sending ``keep_alive`` (when set) every ``pause_s`` meanwhile, as a server
+    or gateway keeping an idle stream open does. ``pause_s`` is also the pause
+    before each chunk after the first: a slow but steady answer.
     """
 
     status: int = 200
@@ -48,6 +52,8 @@ class Reply:
     headers: Mapping[str, str] = field(default_factory=dict)
     complete: bool = True
     hold: bool = False
+    pause_s: float = 0.0
+    keep_alive: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,14 +90,18 @@ def sse_reply(
     headers: Mapping[str, str] | None = None,
     complete: bool = True,
     hold: bool = False,
+    pause_s: float = 0.0,
+    keep_alive: bytes = b"",
 ) -> Reply:
-    """A ``text/event-stream`` answer, one chunk per event."""
+    """A ``text/event-stream`` answer, one chunk per event (see ``Reply`` for the rest)."""
     return Reply(
         chunks=tuple(events),
         content_type="text/event-stream",
         headers=headers or {},
         complete=complete,
         hold=hold,
+        pause_s=pause_s,
+        keep_alive=keep_alive,
     )
 
 
@@ -116,16 +126,28 @@ class _Scripted(Response):
         await send(
             {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
         )
-        for chunk in self.reply.chunks:
+        for position, chunk in enumerate(self.reply.chunks):
+            if position and self.reply.pause_s:
+                await anyio.sleep(self.reply.pause_s)
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         if self.reply.hold:
             self.wire.holding.set()
-            # The request body was read already: what arrives now is the client going away.
-            while (await receive())["type"] != "http.disconnect":
-                pass
+            await self._hold(receive, send)
             self.wire.released.set()
         elif self.reply.complete:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _hold(self, receive: Receive, send: Send) -> None:
+        """Return once the client has gone, sending the keep-alive every pause meanwhile."""
+        every = self.reply.pause_s if self.reply.keep_alive else math.inf
+        while True:
+            with anyio.move_on_after(every):
+                # The request body was read already: what arrives now is the client going away.
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                return
+            body = self.reply.keep_alive
+            await send({"type": "http.response.body", "body": body, "more_body": True})
 
 
 class WireServer:
