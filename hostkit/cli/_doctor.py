@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -26,7 +26,7 @@ from hostkit.cli._common import ConfigOption, find_config, run_command
 from hostkit.errors import ConfigError, StoreError
 from hostkit.host import HostConfig, open_configured_store, resolve_config
 from hostkit.inspect import one_line, printable
-from hostkit.store import SCHEMA_VERSION, file_schema_version
+from hostkit.store import SCHEMA_VERSION, file_schema_version, upgrade_room
 
 __all__ = ["doctor"]
 
@@ -117,6 +117,8 @@ async def _sqlite(cfg: HostConfig) -> list[Check]:
     except StoreError as exc:
         return [Check("store", "fail", str(exc), "check the path and its permissions"), disk]
     size = await anyio.to_thread.run_sync(_size, database)
+    if version is not None and version < SCHEMA_VERSION:
+        return [await anyio.to_thread.run_sync(_upgrade, database, version), size, disk]
     return [_schema(str(database), version), size, disk]
 
 
@@ -169,6 +171,24 @@ def _schema(where: str, version: int | None) -> Check:
         f"{where} at schema v{version}, newer than this hostkit's v{SCHEMA_VERSION}",
         "upgrade hostkit",
     )
+
+
+def _upgrade(database: Path, version: int) -> Check:
+    """An older schema: whether the free space beside the file holds the upgrade the next
+    Host runs (its backup, then the migration), which refuses to start without it."""
+    check = _schema(str(database), version)
+    try:
+        needed, free = upgrade_room(database, version), free_bytes_at(database.parent)
+    except OSError as exc:
+        return replace(check, detail=f"{check.detail}; cannot read the free space: {exc.strerror}")
+    mib = 1024 * 1024
+    detail = (
+        f"{check.detail}; the upgrade needs about {-(-needed // mib)} MiB free beside the "
+        f"database; {free // mib} MiB free"
+    )
+    if free < needed:
+        return Check("store", "fail", detail, "free space beside the database, then open it")
+    return replace(check, detail=detail)
 
 
 async def _disk(folder: Path, cfg: HostConfig) -> Check:

@@ -98,7 +98,12 @@ from hostkit.store._memory import (
     MemoryItem,
     MemoryStore,
 )
-from hostkit.store._migrate import MigrationReport, file_schema_version, logical_fingerprint
+from hostkit.store._migrate import (
+    MigrationReport,
+    file_schema_version,
+    logical_fingerprint,
+    upgrade_room,
+)
 from hostkit.store._owned import OwnedKind, now, owner_predicate
 from hostkit.store._pg_url import carries_password, redact_url
 from hostkit.store._row_store import MAX_REASON, RowStore, audit_reason
@@ -279,4 +284,5 @@ __all__ = [
     "owner_predicate",
     "redact_url",
     "stores_opened_follow",
+    "upgrade_room",
 ]

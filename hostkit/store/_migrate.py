@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hostkit._free_space import free_bytes_at
 from hostkit.errors import MigrationError
 from hostkit.store._connection import create_private
 from hostkit.store._schema import APPLICATION_ID, Migration
@@ -33,7 +34,15 @@ __all__ = [
     "file_schema_version",
     "logical_fingerprint",
     "upgrade",
+    "upgrade_room",
 ]
+
+_MIB = 1024 * 1024
+# Beside its backup, an upgrade writes the migration's journal (a step that rewrites a
+# table logs it: a full upgrade peaked near 2.06 times the file with the backup) and
+# leaves the Host room for its first writes.
+_JOURNAL_SHARE = 4
+_AFTER_BYTES = 16 * _MIB
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +130,43 @@ def admit_hostkit_file(conn: sqlite3.Connection, database: Path) -> bool:
         "the database setting ([host] database) at a hostkit database or at a new path",
         database=str(database),
     )
+
+
+def _backup_path(database: Path, version: int) -> Path:
+    return database.with_name(f"{database.name}.v{version}.backup")
+
+
+def _file_bytes(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def upgrade_room(database: Path, version: int) -> int:
+    """Blocking: the free bytes an upgrade of ``database`` from schema ``version`` needs
+    beside it: its backup, a copy of the file and its WAL (none when one is there to
+    reuse), then a quarter of that and 16 MiB for the migration's journal and the writes
+    after it (``hostkit doctor`` shows it)."""
+    held = sum(_file_bytes(database.with_name(database.name + end)) for end in ("", "-wal"))
+    copy = 0 if _backup_path(database, version).exists() else held
+    return copy + held // _JOURNAL_SHARE + _AFTER_BYTES
+
+
+def _check_room(database: Path, version: int) -> None:
+    """Refuse, with nothing changed, an upgrade the free space beside the file cannot hold:
+    the backup would fail only once copied, or the migration leave no byte to write."""
+    try:
+        needed, free = upgrade_room(database, version), free_bytes_at(database.parent)
+    except OSError:
+        return  # unknown: the backup's own error says what went wrong
+    if free < needed:
+        raise MigrationError(
+            f"the upgrade needs about {-(-needed // _MIB)} MiB free beside the database (a "
+            f"backup of it, then the migration); {free // _MIB} MiB free. Nothing was "
+            "changed: free space beside the database and retry",
+            database=str(database),
+        )
 
 
 def _restore_action(database: Path, backup: Path) -> str:
@@ -279,7 +325,8 @@ def _upgrade_locked(
     backup: Path | None = None
     reused = False
     if not fresh:
-        backup = database.with_name(f"{database.name}.v{current}.backup")
+        _check_room(database, current)
+        backup = _backup_path(database, current)
         reused = _ensure_backup(conn, database, backup)
 
     # What failed, for the message: a step's statements, or the commit of them all.

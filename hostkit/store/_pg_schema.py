@@ -5,7 +5,8 @@ version 14, spelled for PostgreSQL: ``INTEGER`` is ``BIGINT`` (SQLite integers
 are 64-bit), ``REAL`` is ``DOUBLE PRECISION``, ``BLOB`` is ``BYTEA``, row ids are
 identity columns. What SQLite does with triggers and FTS5 is PostgreSQL's
 own here: owner rows are immutable through a trigger function, a session's
-last activity and turn count follow its turns through another, memory search
+last activity and turn count follow its turns through another, bytes a
+session references cannot be deleted through a third, memory search
 is a generated ``tsvector`` with a GIN index, and a new or re-readied inbound
 notifies ``hostkit_inbox`` so idle inbox workers wake (LISTEN/NOTIFY).
 
@@ -581,7 +582,8 @@ _V13_ATTACHMENT_REFS = Migration(
         "CREATE INDEX attachment_refs_session ON attachment_refs(session_id)",
         "ALTER TABLE attachments_pending ADD COLUMN uploads BIGINT NOT NULL DEFAULT 1",
         # The refs read from a message's text, as v9 does (a message may hold NUL, which
-        # PostgreSQL's JSON types refuse).
+        # PostgreSQL's JSON types refuse); a message of no turn references every
+        # principal's copy, as SQLite's v26 does.
         r"""INSERT INTO attachment_refs (principal_id, ref, session_id)
             SELECT DISTINCT a.principal_id, a.ref, named.session_id FROM (
                 SELECT m.session_id, m.turn_id,
@@ -590,9 +592,8 @@ _V13_ATTACHMENT_REFS = Migration(
                 FROM messages m WHERE m.content LIKE '%"attachments"%'
             ) named
             LEFT JOIN turns t ON t.turn_id = named.turn_id
-            LEFT JOIN session_owners o ON o.session_id = named.session_id
             JOIN attachments a ON a.ref = named.ref
-                AND a.principal_id = COALESCE(t.principal_id, o.principal_id)""",
+                AND a.principal_id = COALESCE(t.principal_id, a.principal_id)""",
         """INSERT INTO attachments_pending (principal_id, ref, added_at, uploads)
             SELECT a.principal_id, a.ref,
                 to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), 1
@@ -603,6 +604,23 @@ _V13_ATTACHMENT_REFS = Migration(
                 SELECT 1 FROM attachment_refs r
                 WHERE r.principal_id = a.principal_id AND r.ref = a.ref
             )""",
+        # SQLite's attachments_held_bd: another Host of an older version sharing this
+        # database cannot delete bytes a reference holds.
+        """CREATE FUNCTION hostkit_attachment_held() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF EXISTS (
+                SELECT 1 FROM attachment_refs r
+                WHERE r.principal_id = OLD.principal_id AND r.ref = OLD.ref
+            ) THEN
+                RAISE EXCEPTION 'attachment bytes a session references are kept'
+                    USING ERRCODE = 'integrity_constraint_violation';
+            END IF;
+            RETURN OLD;
+        END
+        $$""",
+        """CREATE TRIGGER attachments_held BEFORE DELETE ON attachments
+        FOR EACH ROW EXECUTE FUNCTION hostkit_attachment_held()""",
     ),
 )
 

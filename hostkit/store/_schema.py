@@ -991,7 +991,9 @@ _V26_ATTACHMENT_REFS = Migration(
         # one off. One mark per (principal, ref) let one take clear another's upload.
         "ALTER TABLE attachments_pending ADD COLUMN uploads INTEGER NOT NULL DEFAULT 1",
         # The sessions whose stored messages name a principal's bytes: the turn's
-        # principal, else each owner of the session (as the erase read them before).
+        # principal; for a message of no turn (an operator's append, say), every
+        # principal's copy of those bytes, as v22 kept them (a writer other than the
+        # session's owner references its own copy, and keeping more is the safe side).
         """INSERT OR IGNORE INTO attachment_refs (principal_id, ref, session_id)
             SELECT a.principal_id, a.ref, named.session_id FROM (
                 SELECT m.session_id, m.turn_id,
@@ -1003,11 +1005,10 @@ _V26_ATTACHMENT_REFS = Migration(
                 WHERE m.content LIKE '%"attachments"%'
             ) named
             LEFT JOIN turns t ON t.turn_id = named.turn_id
-            LEFT JOIN session_owners o ON o.session_id = named.session_id
             JOIN attachments a ON a.ref = named.ref
-                AND a.principal_id = COALESCE(t.principal_id, o.principal_id)""",
+                AND a.principal_id = COALESCE(t.principal_id, a.principal_id)""",
         # Bytes neither pending nor named by their owner's messages were taken by a turn
-        # whose input is not written yet, or kept for another's message: one upload
+        # whose input is not written yet, or kept for another principal's turn: one upload
         # pending from now, so that turn has the grace period to write its reference.
         """INSERT INTO attachments_pending (principal_id, ref, added_at, uploads)
             SELECT a.principal_id, a.ref, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), 1
@@ -1018,6 +1019,17 @@ _V26_ATTACHMENT_REFS = Migration(
                 SELECT 1 FROM attachment_refs r
                 WHERE r.principal_id = a.principal_id AND r.ref = a.ref
             )""",
+        # Bytes a reference holds are never deleted: this code deletes them only once
+        # none does, so the guard stops a writer that does not know the references (a
+        # Host of an older version still serving beside this one, whose reclaim deleted
+        # every pending upload's bytes): its transaction fails with the bytes kept.
+        """CREATE TRIGGER attachments_held_bd BEFORE DELETE ON attachments
+            WHEN EXISTS (
+                SELECT 1 FROM attachment_refs r
+                WHERE r.principal_id = old.principal_id AND r.ref = old.ref
+            ) BEGIN
+            SELECT RAISE(ABORT, 'attachment bytes a session references are kept');
+        END""",
     ),
 )
 

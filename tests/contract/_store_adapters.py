@@ -152,14 +152,16 @@ _TAKEN = "sha256:" + "3" * 64
 _BY_TURN = "sha256:" + "4" * 64
 _WAITING = "sha256:" + "5" * 64
 _UNHELD = "sha256:" + "6" * 64
+_APPENDED = "sha256:" + "7" * 64
 
 
 async def seed_attachments_before_refs(store: RuntimeStore) -> str:
     """On a store migrated to just before ``attachment_refs``, as that version left rows:
     alice's session, whose turnless message (with NUL in its text) names alice's taken
-    bytes and whose turn by carol names carol's; bob's copy of alice's bytes (named by no
-    message of his); alice's upload pending since 2000; and alice's bytes a turn took
-    with its input not written yet (neither pending nor named). Returns the session."""
+    bytes (and bob has a copy of them), whose turnless message an operator appended names
+    the operator's bytes, and whose turn by carol names carol's (bob has a copy of those
+    too); alice's upload pending since 2000; and alice's bytes a turn took with its
+    input not written yet (neither pending nor named). Returns the session."""
     assert isinstance(store, RowStore)
     session_id = await store.create_session(owner_kind="system", principal_id="alice")
     turn_id = new_id("turn")
@@ -176,6 +178,8 @@ async def seed_attachments_before_refs(store: RuntimeStore) -> str:
             ("alice", _TAKEN),
             ("bob", _TAKEN),
             ("carol", _BY_TURN),
+            ("bob", _BY_TURN),
+            ("ops", _APPENDED),
             ("alice", _WAITING),
             ("alice", _UNHELD),
         ):
@@ -196,7 +200,12 @@ async def seed_attachments_before_refs(store: RuntimeStore) -> str:
             [turn_id, new_id("req"), session_id],
         )
         for seq, (content, turn) in enumerate(
-            ((named(_TAKEN), None), (named(_BY_TURN), turn_id), ('{"attachments":"oops"}', None)),
+            (
+                (named(_TAKEN), None),
+                (named(_BY_TURN), turn_id),
+                ('{"attachments":"oops"}', None),
+                (named(_APPENDED), None),
+            ),
             start=1,
         ):
             c.execute(
@@ -211,7 +220,8 @@ async def seed_attachments_before_refs(store: RuntimeStore) -> str:
 
 async def assert_refs_backfilled(store: RuntimeStore, session_id: str) -> None:
     """After the upgrade from ``seed_attachments_before_refs``: the session references the
-    bytes its messages name, by whose message names them; bytes nothing references are
+    bytes its messages name: a turn's message its principal's copy, a turnless message
+    (whoever wrote it) every principal's, as v22 kept them; bytes nothing references are
     pending (the old upload since it was added, the rest from the upgrade on), so a
     reclaim takes the old upload now and the rest after the grace period, never
     referenced bytes."""
@@ -223,7 +233,9 @@ async def assert_refs_backfilled(store: RuntimeStore, session_id: str) -> None:
     )
     assert [tuple(row) for row in refs] == [
         ("alice", _TAKEN, session_id),
+        ("bob", _TAKEN, session_id),
         ("carol", _BY_TURN, session_id),
+        ("ops", _APPENDED, session_id),
     ]
     pending = await store.read(
         lambda c: c.execute(
@@ -233,14 +245,16 @@ async def assert_refs_backfilled(store: RuntimeStore, session_id: str) -> None:
     assert [tuple(row) for row in pending] == [
         ("alice", _WAITING, 1),
         ("alice", _UNHELD, 1),
-        ("bob", _TAKEN, 1),
+        ("bob", _BY_TURN, 1),
     ]
     assert await store.attachments.reclaim(grace_s=3_600) == 1
     assert await store.attachments.reclaim(grace_s=0) == 2
     for principal_id, ref, kept in (
         ("alice", _TAKEN, True),
         ("carol", _BY_TURN, True),
-        ("bob", _TAKEN, False),
+        ("bob", _TAKEN, True),
+        ("ops", _APPENDED, True),
+        ("bob", _BY_TURN, False),
         ("alice", _WAITING, False),
         ("alice", _UNHELD, False),
     ):

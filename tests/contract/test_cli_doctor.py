@@ -4,6 +4,7 @@ fails, never a secret's value, and it reads while another process holds the writ
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from hostkit.cli import _doctor
 from hostkit.store import SCHEMA_VERSION
 
 pytestmark = pytest.mark.anyio
@@ -113,6 +115,33 @@ async def test_a_database_of_a_newer_hostkit_fails(project: Path) -> None:
     store = line(lines, "store:")
     assert store.startswith("fail")
     assert "upgrade hostkit" in store
+
+
+async def test_an_older_schema_says_how_much_room_its_upgrade_needs(project: Path) -> None:
+    """The next Host's upgrade refuses to start without room for its backup and the
+    migration: doctor says beforehand how much that is and what is free."""
+    with closing(sqlite3.connect(project / "hostkit.db")) as conn, conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    code, lines, _ = await doctor(project, DOCTOR_OPENAI_KEY=SECRET, DOCTOR_HOOK_SECRET=SECRET)
+    store = line(lines, "store:")
+    assert store.startswith("warn"), lines
+    assert code == 0
+    assert f"at schema v{SCHEMA_VERSION - 1}" in store
+    assert re.search(
+        r"the upgrade needs about \d+ MiB free beside the database; \d+ MiB free", store
+    )
+
+
+async def test_an_upgrade_the_free_space_cannot_hold_fails_the_store_check(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_doctor, "free_bytes_at", lambda where: 3 * 1024 * 1024)
+    check = await anyio.to_thread.run_sync(
+        _doctor._upgrade, project / "hostkit.db", SCHEMA_VERSION - 1
+    )
+    assert check.level == "fail"
+    assert check.detail.endswith("MiB free beside the database; 3 MiB free")
+    assert "free space beside the database" in check.hint
 
 
 async def test_doctor_reads_while_another_process_holds_the_write_lock(project: Path) -> None:

@@ -24,7 +24,7 @@ import anyio
 import pytest
 
 from hostkit.authority import AuthorityResolver
-from hostkit.errors import InvalidTurnRequest, InvalidValue
+from hostkit.errors import InvalidTurnRequest, InvalidValue, StoreError
 from hostkit.store import (
     MAX_RECLAIM,
     Admitted,
@@ -587,6 +587,59 @@ async def test_a_reclaim_pass_counts_what_it_deleted_so_the_next_pass_runs(
         lambda c: c.execute("SELECT count(*) FROM attachments_pending").fetchone()
     )
     assert pending[0] == 0
+
+
+def _reclaim_before_references(conn: Any) -> int:
+    """The statements of the reclaim of the version before ``attachment_refs``: every due
+    pending upload ends and its bytes go, whatever else holds them."""
+    due = conn.execute(
+        "SELECT principal_id, ref FROM attachments_pending WHERE added_at < ? "
+        "ORDER BY added_at LIMIT ?",
+        ["2100-01-01T00:00:00.000Z", 100],
+    ).fetchall()
+    deleted = 0
+    for principal_id, ref in due:
+        conn.execute(
+            "DELETE FROM attachments_pending WHERE principal_id = ? AND ref = ?",
+            [principal_id, ref],
+        )
+        deleted += conn.execute(
+            "DELETE FROM attachments WHERE principal_id = ? AND ref = ?", [principal_id, ref]
+        ).rowcount
+    return int(deleted)
+
+
+async def test_a_host_of_an_older_version_cannot_delete_bytes_a_session_references(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """A Host of the version before references still serving after the upgrade (beside
+    this one, or sharing its PostgreSQL database) deleted the bytes of every due upload:
+    the schema refuses deleting bytes a session references, so its pass fails with
+    everything kept, while this version's reclaim and erase, which delete bytes only once
+    nothing holds them, go on."""
+    assert isinstance(runtime, RowStore)
+    ops = await resolver.operator_issuer().issue("ops", reason="erase one conversation")
+    alice = await conversation(resolver, "c1", "alice")
+    item = await added(runtime, alice, png(1))
+    await finished(runtime, alice, live, item)
+    await added(runtime, alice, png(1))  # again, for a turn that never came
+    other = await added(runtime, alice, png(2))
+    with pytest.raises(StoreError, match="references are kept"):
+        await runtime.write(_reclaim_before_references)
+    with pytest.raises(StoreError, match="references are kept"):
+        await runtime.write(lambda c: c.execute("DELETE FROM attachments"))
+    assert await present(runtime, alice, item)
+    assert await present(runtime, alice, other)
+    pending = await runtime.read(
+        lambda c: c.execute("SELECT count(*) FROM attachments_pending").fetchone()
+    )
+    assert pending[0] == 2
+    await age(runtime)
+    assert await runtime.attachments.reclaim(grace_s=HOUR) == 1
+    assert await present(runtime, alice, item)
+    assert not await present(runtime, alice, other)
+    assert await _erase(runtime, ops, alice) == 1
+    assert not await present(runtime, alice, item)
 
 
 _SCAN = re.compile(r"^SCAN (messages|m)\b")

@@ -22,6 +22,8 @@ from hostkit.store import (
     RuntimeStore,
     SessionBusy,
     TurnAdmission,
+    _migrate,
+    upgrade_room,
 )
 from hostkit.types import new_id
 from tests.contract._delivery_adapters import ROUTE, finish_routed_turns
@@ -281,6 +283,38 @@ async def test_a_migration_that_runs_out_of_room_says_to_free_space_not_to_resto
     assert "unchanged at v1: free space beside the database and retry" in said
     assert caught.value.restore is None
     assert await digest(db_path) == before
+
+
+@pytest.mark.sqlite_only("the free space beside the SQLite file, as its backup needs it")
+async def test_an_upgrade_without_room_for_its_backup_and_migration_changes_nothing(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checked before the backup: refused, naming what it needs and what is free, with no
+    backup written and the file as it was; with the room, it runs."""
+    await make_v1(db_path)
+    before = await digest(db_path)
+    needed = await anyio.to_thread.run_sync(upgrade_room, db_path, 1)
+    size = (await anyio.Path(db_path).stat()).st_size
+    assert needed >= 2 * size
+    seen: list[Path] = []
+
+    def free_bytes_at(where: Path) -> int:
+        seen.append(where)
+        return needed - 1
+
+    monkeypatch.setattr(_migrate, "free_bytes_at", free_bytes_at)
+    with pytest.raises(MigrationError) as caught:
+        await RuntimeStore.open(db_path)
+    said = str(caught.value)
+    mib = 1024 * 1024
+    assert f"needs about {-(-needed // mib)} MiB free beside the database" in said
+    assert f"{(needed - 1) // mib} MiB free. Nothing was changed" in said
+    assert seen == [db_path.parent]
+    assert await digest(db_path) == before
+    assert not await anyio.Path(db_path.with_name("hostkit.db.v1.backup")).exists()
+    monkeypatch.setattr(_migrate, "free_bytes_at", lambda where: needed)
+    async with await RuntimeStore.open(db_path) as store:
+        assert store.migration.to_version == SCHEMA_VERSION
 
 
 @pytest.mark.sqlite_only("the SQLite file backup and an injected SQLite migration")
