@@ -523,12 +523,13 @@ class InboxWorker(Background):
 
     def _count(self, result: TurnResult | None, error: BaseException | None) -> None:
         """Tally how a turn ended (``turns``): answered, or not (failed, lost, cut off or
-        raised). A cancel is someone's decision, and waiting for an earlier attempt's turn
-        or giving a turn back at shutdown ends nothing."""
+        raised). A cancel is someone's decision, also when it stopped a tool mid-call (the
+        turn ends indeterminate, cancelled by the user), and waiting for an earlier
+        attempt's turn or giving a turn back at shutdown ends nothing."""
         if result is not None:
             if result.outcome in ("completed", "needs_user"):
                 self.turns.answered()
-            elif result.outcome != "cancelled":
+            elif result.outcome != "cancelled" and result.cancelled_by != "user":
                 self.turns.failed(f"{result.outcome}: {result.error or 'no reason recorded'}")
         elif isinstance(error, TimeoutError):
             self.turns.failed(f"cut off: no result within {self._turn_timeout_s:g} s")

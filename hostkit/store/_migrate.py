@@ -147,10 +147,13 @@ def upgrade_room(database: Path, version: int) -> int:
     """Blocking: the free bytes an upgrade of ``database`` from schema ``version`` needs
     beside it: its backup, a copy of the file and its WAL (none when one is there to
     reuse), then a quarter of that and 16 MiB for the migration's journal and the writes
-    after it (``hostkit doctor`` shows it)."""
+    after it, less what an unfinished backup the upgrade deletes first holds (``hostkit
+    doctor`` shows it)."""
     held = sum(_file_bytes(database.with_name(database.name + end)) for end in ("", "-wal"))
-    copy = 0 if _backup_path(database, version).exists() else held
-    return copy + held // _JOURNAL_SHARE + _AFTER_BYTES
+    backup = _backup_path(database, version)
+    copy = 0 if backup.exists() else held
+    dead = sum(_file_bytes(path) for path in _partial_files(backup))
+    return max(0, copy + held // _JOURNAL_SHARE + _AFTER_BYTES - dead)
 
 
 def _check_room(database: Path, version: int) -> None:
@@ -187,10 +190,16 @@ def _integrity_ok(path: Path) -> bool:
         conn.close()
 
 
-def _remove_partial(partial: Path) -> None:
-    """An unfinished backup and the journal files SQLite kept beside it."""
-    for suffix in ("", "-journal", "-wal", "-shm"):
-        partial.with_name(partial.name + suffix).unlink(missing_ok=True)
+def _partial_files(backup: Path) -> list[Path]:
+    """An unfinished copy of ``backup`` and the journal files SQLite kept beside it."""
+    partial = backup.with_name(backup.name + ".partial")
+    return [partial.with_name(partial.name + end) for end in ("", "-journal", "-wal", "-shm")]
+
+
+def _remove_partial(backup: Path) -> None:
+    """Delete an unfinished copy of ``backup`` (a backup cut by a crash) and its journals."""
+    for path in _partial_files(backup):
+        path.unlink(missing_ok=True)
 
 
 def _ensure_backup(conn: sqlite3.Connection, database: Path, backup: Path) -> bool:
@@ -218,7 +227,7 @@ def _ensure_backup(conn: sqlite3.Connection, database: Path, backup: Path) -> bo
             )
         return True
     partial = backup.with_name(backup.name + ".partial")
-    _remove_partial(partial)
+    _remove_partial(backup)
     # Copied through a connection of its own: ``conn`` holds the write lock (so nothing
     # changes meanwhile), and SQLite's backup from a connection in a write transaction
     # answers SQLITE_BUSY for ever.
@@ -232,10 +241,10 @@ def _ensure_backup(conn: sqlite3.Connection, database: Path, backup: Path) -> bo
             target.execute("PRAGMA journal_mode = DELETE")
         except sqlite3.Error as exc:
             connections.close()
-            _remove_partial(partial)
+            _remove_partial(backup)
             raise _backup_failed(database, exc) from exc
     if not _integrity_ok(partial):
-        _remove_partial(partial)
+        _remove_partial(backup)
         raise MigrationError(
             "the new backup failed PRAGMA integrity_check; nothing was migrated",
             database=str(database),
@@ -246,7 +255,7 @@ def _ensure_backup(conn: sqlite3.Connection, database: Path, backup: Path) -> bo
         os.replace(partial, backup)
         _fsync_dir(backup.parent)
     except OSError as exc:
-        _remove_partial(partial)
+        _remove_partial(backup)
         raise _backup_failed(database, exc) from exc
     return False
 

@@ -784,7 +784,8 @@ def test_only_a_turn_the_host_cut_off_is_recorded_as_cut_off(
 async def test_the_worker_tallies_the_turns_that_ended_without_an_answer() -> None:
     """``worker.turns`` (a serve's status line and /readyz read it): failed and lost
     turns, a turn runner's error and a turn cut off count, with the last reason; a cancel
-    counts neither way, and an answered turn ends a "failing" run."""
+    counts neither way (also the user's that stopped a tool mid-call: indeterminate), and
+    an answered turn ends a "failing" run."""
     inbox = ChannelInbox.in_memory(policy=POLICY)
 
     async def run_turn(request: TurnRequest) -> TurnResult:
@@ -798,13 +799,14 @@ async def test_the_worker_tallies_the_turns_that_ended_without_an_answer() -> No
             session_id="session-1",
             core_id="assistant",
             core_revision="r1",
-            outcome=request.input,  # type: ignore[arg-type]
+            outcome="indeterminate" if request.input == "stopped" else request.input,  # type: ignore[arg-type]
+            cancelled_by="user" if request.input == "stopped" else None,
             text="",
             error=None if request.input == "completed" else "provider failed: test: HTTP 529",
         )
 
     worker = InboxWorker(inbox, run_turn, concurrency=1, idle_poll_s=0.05, turn_timeout_s=0.2)
-    for text in ("failed", "lost", "cancelled", "raise", "slow"):
+    for text in ("failed", "lost", "cancelled", "stopped", "raise", "slow"):
         await inbox.accept(envelope(text))
     with anyio.fail_after(10):
         await worker.drain()

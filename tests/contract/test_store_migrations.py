@@ -317,6 +317,24 @@ async def test_an_upgrade_without_room_for_its_backup_and_migration_changes_noth
         assert store.migration.to_version == SCHEMA_VERSION
 
 
+@pytest.mark.sqlite_only("the SQLite file backup and the free space beside it")
+async def test_an_unfinished_backup_s_space_counts_as_free_for_the_upgrade(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backup cut by a crash leaves its ``.partial`` copy, which the upgrade deletes
+    first: the room it holds is the upgrade's, so a disk too full only because of it
+    upgrades rather than refusing until an operator finds the file."""
+    await make_v1(db_path)
+    needed = await anyio.to_thread.run_sync(upgrade_room, db_path, 1)
+    partial = db_path.with_name("hostkit.db.v1.backup.partial")
+    await anyio.Path(partial).write_bytes(b"\0" * (1 << 20))
+    assert await anyio.to_thread.run_sync(upgrade_room, db_path, 1) == needed - (1 << 20)
+    monkeypatch.setattr(_migrate, "free_bytes_at", lambda where: needed - (1 << 20))
+    async with await RuntimeStore.open(db_path) as store:
+        assert store.migration.to_version == SCHEMA_VERSION
+    assert not await anyio.Path(partial).exists()
+
+
 @pytest.mark.sqlite_only("the SQLite file backup and an injected SQLite migration")
 async def test_matching_backup_is_reused_after_a_failed_attempt(db_path: Path) -> None:
     await make_v1(db_path)
