@@ -1,6 +1,7 @@
-"""Package attributes loaded on first use (PEP 562), so a heavy optional stack (uvicorn,
-Starlette, httpx) is imported only by a process that uses it: a command line that runs a
-turn starts without the serving and fetching code it never calls."""
+"""Package attributes loaded on first use (PEP 562), so a heavy stack only some commands
+use (uvicorn, Starlette, httpx, dulwich) is imported only by a process that uses it: a
+command line that runs a turn starts without the serving and fetching code it never
+calls."""
 
 import importlib
 from collections.abc import Callable, Mapping

@@ -22,7 +22,7 @@ from hostkit.inbox import _admission as admission_module
 from hostkit.inbox._admission import IDLE_RECHECK_S, RECHECK_S
 from hostkit.store import COMMAND_ALLOWANCE, InboxLimits, InboxRoom
 from hostkit.types import InboundResult, SourceCheckpoint
-from tests.contract._inbox_adapters import ADAPTERS, envelope, open_inbox
+from tests.contract._inbox_adapters import ADAPTERS, InboxUnderTest, envelope, open_inbox
 from tests.support import SteppedMonotonic
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("adapter", ADAPTERS)]
@@ -186,6 +186,19 @@ async def test_backpressure_limits_are_checked_when_made(
         limits()  # type: ignore[operator]
 
 
+def counted_looks(sut: InboxUnderTest, monkeypatch: pytest.MonkeyPatch) -> list[InboxLimits]:
+    """Every look readiness takes at the inbox's room from now on (``InboxStore.room``)."""
+    looks: list[InboxLimits] = []
+    room = sut.store.room
+
+    async def counted(limits: InboxLimits) -> InboxRoom:
+        looks.append(limits)
+        return await room(limits)
+
+    monkeypatch.setattr(sut.store, "room", counted)
+    return looks
+
+
 async def test_refusing_says_why_a_full_inbox_refuses_until_room_is_made(
     adapter: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -195,14 +208,7 @@ async def test_refusing_says_why_a_full_inbox_refuses_until_room_is_made(
     clock = SteppedMonotonic()
     monkeypatch.setattr(admission_module, "time", clock)
     async with open_inbox(adapter, tmp_path, limits=InboxLimits(2)) as sut:
-        looks: list[InboxLimits] = []
-        room = sut.store.room
-
-        async def counted(limits: InboxLimits) -> InboxRoom:
-            looks.append(limits)
-            return await room(limits)
-
-        monkeypatch.setattr(sut.store, "room", counted)
+        looks = counted_looks(sut, monkeypatch)
         for key in ("a", "b"):
             await sut.inbox.accept(envelope(key))
         assert await sut.inbox.refusing() is None
@@ -230,7 +236,7 @@ async def test_refusing_says_why_a_full_inbox_refuses_until_room_is_made(
         await sut.inbox.accept(envelope("d"))
         assert await sut.inbox.refusing() is None
         assert len(looks) == 2
-        assert (await room(InboxLimits(2))).refusal == "backlog"
+        assert (await sut.store.room(InboxLimits(2))).refusal == "backlog"
 
 
 async def test_a_refusal_while_a_look_is_under_way_keeps_the_inbox_refusing(
@@ -294,14 +300,7 @@ async def test_an_inbox_opened_over_a_full_backlog_refuses_before_any_accept(
             await sut.inbox.complete(claimed, InboundResult("ignored"))
         clock.advance(RECHECK_S)
         assert await sut.inbox.refusing() is None
-        looks: list[InboxLimits] = []
-        room = sut.store.room
-
-        async def counted(limits: InboxLimits) -> InboxRoom:
-            looks.append(limits)
-            return await room(limits)
-
-        monkeypatch.setattr(sut.store, "room", counted)
+        looks = counted_looks(sut, monkeypatch)
         for key in ("c", "d"):
             await filler.accept(envelope(key))  # another producer fills it again
         clock.advance(IDLE_RECHECK_S / 2)
