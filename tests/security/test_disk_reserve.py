@@ -28,11 +28,13 @@ from hostkit.builtins.process import (
     TerminalRuns,
     run_process,
 )
+from hostkit.builtins.process._process_streams import READ_CHUNK_BYTES, WRITE_QUEUE_CHUNKS
 from hostkit.effects import ApprovalDecision, ApprovalRequest, ToolContext, ToolOutcome
 from hostkit.errors import ConfigError, InvalidValue
 from hostkit.host import Host, HostConfig, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from tests.hosts import request
+from tests.support import in_mount_namespace
 
 pytestmark = pytest.mark.anyio
 
@@ -40,8 +42,12 @@ MB = 1 << 20
 KEY = b"reserve-test-artifact-key-32byte"
 # Room left above the reserve when a test starts: what a run may still write.
 ROOM = 48 * MB
-# What other processes on the disk may free while a test runs.
-SHARED_DISK_SLACK = 8 * MB
+# The most one artifact write takes at once: the read chunk and the chunks queued behind it.
+WRITE_BATCH = (WRITE_QUEUE_CHUNKS + 1) * READ_CHUNK_BYTES
+# A file system of the test's own (tmpfs in a private mount namespace), so no other test
+# moves its free space while a run fills it: on the shared disk a parallel test deleting a
+# virtualenv gave a run tens of MiB more room than the test had left it.
+PRIVATE_DISK_MB = 64
 
 
 def free_bytes(path: Path) -> int:
@@ -74,19 +80,85 @@ async def run(runs: TerminalRuns, argv: list[str]) -> ToolOutcome:
     return outcome
 
 
-async def test_a_run_whose_output_would_take_the_reserve_ends_failed(tmp_path: Path) -> None:
-    reserve = await anyio.to_thread.run_sync(free_bytes, tmp_path) - ROOM
-    async for runs in runs_with_reserve(tmp_path, reserve):
-        # `yes` writes without end; its file_size_mb (1 GiB by default) is far off.
-        outcome = await run(runs, ["yes"])
-    assert outcome.status == "failed"
-    assert "stdout artifact write failed" in (outcome.error or "")
-    assert "the Host reserves (host.artifact_reserve_mb)" in (outcome.error or "")
-    kept = sum(p.stat().st_size for p in (tmp_path / "artifacts").rglob("*.stdout"))
-    # What fit above the reserve: it stopped there, far below its 1 GiB file limit. Other
-    # writers on this shared disk move the free space both ways meanwhile (a parallel test
-    # deleting its files gives room back), so the bound allows them a few MiB.
-    assert 0 < kept <= ROOM + SHARED_DISK_SLACK
+PRIVATE_DISK_CHILD = f"""
+import asyncio, json, subprocess, sys
+from pathlib import Path
+
+from hostkit.builtins.files import WorkspaceError, WorkspaceScope
+from tests.security.test_disk_reserve import ROOM, free_bytes, run, runs_with_reserve
+
+
+def private_disk(name):
+    disk = Path(sys.argv[1]) / name
+    disk.mkdir()
+    size = "size={PRIVATE_DISK_MB}m"
+    subprocess.run(["mount", "-t", "tmpfs", "-o", size, "tmpfs", str(disk)], check=True)
+    return disk
+
+
+async def terminal_run():
+    disk = private_disk("terminal")
+    reserve = free_bytes(disk) - ROOM
+    async for runs in runs_with_reserve(disk, reserve):
+        outcome = await run(runs, ["yes"])  # writes without end; 1 GiB file limit
+    kept = sum(p.stat().st_size for p in (disk / "artifacts").rglob("*.stdout"))
+    return dict(status=outcome.status, error=outcome.error, kept=kept)
+
+
+async def file_writes():
+    disk = private_disk("files")
+    workspace = disk / "ws"
+    workspace.mkdir()
+    (workspace / "notes.md").write_text("kept")
+    # Room for a small write, not for a 1 MiB one.
+    scope = WorkspaceScope(workspace, min_free_bytes=free_bytes(disk) - 64 * 1024)
+    big = "x" * (1024 * 1024)
+    refused = []
+    attempts = (
+        scope.write("notes.md", big),
+        scope.write("new/big.md", big),
+        scope.edit("notes.md", "kept", big),
+    )
+    for attempt in attempts:
+        try:
+            await attempt
+            refused.append(None)
+        except WorkspaceError as exc:
+            refused.append([exc.reason, str(exc)])
+    left = dict(
+        notes=(workspace / "notes.md").read_text(),
+        big=(workspace / "new" / "big.md").exists(),
+        temporary=[p.name for p in workspace.rglob("*.tmp")],
+    )
+    await scope.write("small.md", "fits")
+    return dict(refused=refused, left=left, small=(workspace / "small.md").read_text())
+
+
+async def main():
+    print(json.dumps(dict(terminal=await terminal_run(), files=await file_writes())))
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.fixture(scope="module")
+def on_private_disks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    found: dict[str, Any] = in_mount_namespace(
+        PRIVATE_DISK_CHILD, str(tmp_path_factory.mktemp("private-disk"))
+    )
+    return found
+
+
+def test_a_run_whose_output_would_take_the_reserve_ends_failed(
+    on_private_disks: dict[str, Any],
+) -> None:
+    ended = on_private_disks["terminal"]
+    assert ended["status"] == "failed"
+    assert "stdout artifact write failed" in (ended["error"] or "")
+    assert "the Host reserves (host.artifact_reserve_mb)" in (ended["error"] or "")
+    # It kept what fit above the reserve, within one write of it: far below its 1 GiB limit.
+    assert ROOM - WRITE_BATCH <= ended["kept"] <= ROOM
 
 
 async def test_no_run_starts_while_the_disk_is_below_the_reserve(tmp_path: Path) -> None:
@@ -185,29 +257,18 @@ async def test_a_host_refuses_runs_below_its_configured_reserve(tmp_path: Path) 
 # --- the file tools ---------------------------------------------------------------
 
 
-async def test_a_file_write_that_would_take_the_reserve_is_refused_and_changes_nothing(
-    tmp_path: Path,
+def test_a_file_write_that_would_take_the_reserve_is_refused_and_changes_nothing(
+    on_private_disks: dict[str, Any],
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    (workspace / "notes.md").write_text("kept")
-    # Room for a small write, not for a 1 MiB one, whatever the rest of the disk does.
-    reserve = await anyio.to_thread.run_sync(free_bytes, tmp_path) - 64 * 1024
-    scope = WorkspaceScope(workspace, min_free_bytes=reserve)
-    big = "x" * (1024 * 1024)
-    for attempt in (scope.write("notes.md", big), scope.write("new/big.md", big)):
-        with pytest.raises(WorkspaceError) as refused:
-            await attempt
-        assert refused.value.reason == "disk_reserve"
-        assert "the Host keeps free (host.artifact_reserve_mb)" in str(refused.value)
-    with pytest.raises(WorkspaceError, match="keeps free") as refused:
-        await scope.edit("notes.md", "kept", big)
-    assert refused.value.reason == "disk_reserve"
-    assert (workspace / "notes.md").read_text() == "kept"
-    assert not (workspace / "new" / "big.md").exists()
-    assert not [p.name for p in workspace.rglob("*.tmp")]
-    await scope.write("small.md", "fits")
-    assert (workspace / "small.md").read_text() == "fits"
+    found = on_private_disks["files"]
+    for refused in found["refused"]:
+        assert refused is not None, "a write that would take the reserve was done"
+        reason, message = refused
+        assert reason == "disk_reserve"
+        assert "the Host keeps free (host.artifact_reserve_mb)" in message
+    assert len(found["refused"]) == 3
+    assert found["left"] == {"notes": "kept", "big": False, "temporary": []}
+    assert found["small"] == "fits"
 
 
 async def test_the_file_reserve_applies_where_the_host_state_lives_not_on_a_disk_of_its_own(
