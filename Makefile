@@ -113,7 +113,9 @@ test-fast: install bytecode
 # kernel and again on the oldest supported ipykernel. tests/browser is opt-in (browser-test).
 # Three test workers on two cores: with two, a third of the cores' time went idle (a
 # quiet run: 1,603 s of CPU in 1,246 s), since most tests wait on the processes they start
-# (about a thousand CLI and serve processes a run), on fsync and on timeouts they provoke.
+# (hundreds of CLI and serve processes a run), on fsync and on timeouts they provoke. A
+# test's `hostkit` command is forked from a warm one per worker (tests/cli.py), which
+# saves each the import of the CLI.
 # Tests one at a time with work stealing (a few long files no longer leave a worker idle at
 # the end); notebooks on two workers, one file each (a notebook's cells share one kernel, in
 # order). The type checker is single-threaded, so it runs beside them. CI stays under 15

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
-import sys
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from hostkit.host import parse_config
 from hostkit.host._defaults import DefaultProviderSource
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import InboundEnvelope
+from tests.cli import run_cli_async
 from tests.hosts import config, event_kinds, request, turn_rows
 
 pytestmark = pytest.mark.anyio
@@ -394,13 +393,7 @@ async def test_a_value_that_is_no_agent_is_refused_before_a_database_is_made(
 
 
 async def hostkit_cli(*args: str, cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
-    result = await anyio.run_process(
-        [sys.executable, "-m", "hostkit", *args],
-        cwd=cwd,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": "200", **env},
-    )
+    result = await run_cli_async(*args, cwd=cwd, env={**os.environ, "COLUMNS": "200", **env})
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 

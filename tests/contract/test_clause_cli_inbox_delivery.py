@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +39,7 @@ from hostkit.types import (
     InboundRecord,
     InboundResult,
 )
+from tests.cli import run_cli_async
 from tests.hosts import open_host, request
 
 pytestmark = pytest.mark.anyio
@@ -62,13 +61,7 @@ NOW = 1_800_000_000.0
 
 async def hostkit(*args: str, cwd: Path, columns: int = 80) -> tuple[int, str, str]:
     """The CLI as a script runs it (no terminal on stdin), ``columns`` wide."""
-    result = await anyio.run_process(
-        [sys.executable, "-m", "hostkit", *args],
-        cwd=cwd,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": str(columns)},
-    )
+    result = await run_cli_async(*args, cwd=cwd, env={**os.environ, "COLUMNS": str(columns)})
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 

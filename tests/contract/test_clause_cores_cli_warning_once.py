@@ -10,10 +10,9 @@ that cannot be created) still reaches stderr, once.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
+from tests.cli import run_cli
 from tests.contract._cli_cores import CONFIG, make_project
 
 
@@ -24,14 +23,8 @@ def test_a_core_without_a_live_revision_is_warned_about_once(tmp_path: Path) -> 
     config = CONFIG.replace("[host]\n", '[host]\nworkspace = "blocker/ws"\n')
     config += '\n[agents.helper]\nprovider = "p"\n'
     (tmp_path / "hostkit.toml").write_text(config, encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, "-m", "hostkit", "core", "status"],
-        cwd=tmp_path,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "200"},
+    result = run_cli(
+        "core", "status", cwd=tmp_path, env={**os.environ, "COLUMNS": "200"}, timeout=60
     )
     err = result.stderr.decode()
     assert result.returncode == 0, err

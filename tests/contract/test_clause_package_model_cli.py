@@ -9,24 +9,20 @@ file of that size stands in for the 98 MB GGUF.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
 from hostkit.adapters._model_source import CACHE_ENV, SMOLLM2
+from tests.cli import run_cli_async
 
 pytestmark = pytest.mark.anyio
 
 
 async def hostkit_model(*args: str, cache: Path) -> tuple[int, str, str]:
-    result = await anyio.run_process(
-        [sys.executable, "-m", "hostkit", "model", *args],
-        check=False,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": "200", CACHE_ENV: str(cache)},
+    result = await run_cli_async(
+        "model", *args, env={**os.environ, "COLUMNS": "200", CACHE_ENV: str(cache)}
     )
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 

@@ -13,8 +13,6 @@ import base64
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -54,6 +52,7 @@ from hostkit.types import (
     ModelRequest,
     stand_in,
 )
+from tests.cli import run_cli_async
 from tests.hosts import config, open_host, request, turn_rows
 from tests.wire import WireServer, json_reply, serve_wire, sse_reply
 from tests.wire import anthropic_messages as wire_anthropic
@@ -562,12 +561,8 @@ async def test_a_host_turn_sends_the_bytes_once_and_a_stand_in_after(
 async def _hostkit(
     *args: str, cwd: Path, env: Mapping[str, str] | None = None
 ) -> tuple[int, str, str]:
-    result = await anyio.run_process(
-        [sys.executable, "-m", "hostkit", *args],
-        cwd=cwd,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    result = await run_cli_async(
+        *args, cwd=cwd, env={**os.environ, "COLUMNS": "200", **(env or {})}
     )
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 

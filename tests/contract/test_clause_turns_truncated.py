@@ -5,8 +5,6 @@ the result, from every adapter's normalised finish reason (OpenAI ``length``, An
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pytest
 from hostkit.errors import ConfigError
 from hostkit.host import Host, parse_config
 from hostkit.types import Usage
+from tests.cli import run_cli_async
 from tests.hosts import open_host, request
 from tests.wire import openai_chat as wire_openai
 from tests.wire.rigs import build_rig
@@ -86,11 +85,10 @@ memory = false
 
     outputs = []
     for message in ("List everything.", "Again, briefly."):
-        done = await anyio.run_process(
-            [sys.executable, "-m", "hostkit", "run", message],
+        done = await run_cli_async(
+            "run",
+            message,
             cwd=tmp_path,
-            check=False,
-            stdin=subprocess.DEVNULL,
             env={**os.environ, "COLUMNS": "200", "OPENAI_API_KEY": "sk-test"},
         )
         assert done.returncode == 0, done.stderr.decode()

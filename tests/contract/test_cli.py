@@ -17,6 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.cli import run_cli_async
 from tests.wire import Reply, WireServer, serve_wire, sse_reply
 from tests.wire import openai_chat as wire_openai
 
@@ -43,12 +44,8 @@ async def hostkit(
     *args: str, cwd: Path, env: Mapping[str, str] | None = None
 ) -> tuple[int, str, str]:
     """Run the CLI as a user would, without a terminal on stdin (so nothing is ever asked)."""
-    result = await anyio.run_process(
-        [sys.executable, "-m", "hostkit", *args],
-        cwd=cwd,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    result = await run_cli_async(
+        *args, cwd=cwd, env={**os.environ, "COLUMNS": "200", **(env or {})}
     )
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
@@ -591,12 +588,8 @@ async def test_an_answer_the_terminal_cannot_encode_is_written_escaped(tmp_path:
     answer with an accent: the write raised inside the turn (status 1, the turn recorded
     however far it got). It is written escaped, and the turn completes."""
     await _answering_project(tmp_path, "déjà vu")
-    done = await anyio.run_process(
-        [sys.executable, "-m", "hostkit", "run", "hello"],
-        cwd=tmp_path,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+    done = await run_cli_async(
+        "run", "hello", cwd=tmp_path, env={**os.environ, "PYTHONIOENCODING": "ascii"}
     )
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.decode().startswith("d\\xe9j\\xe0 vu")

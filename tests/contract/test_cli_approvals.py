@@ -14,8 +14,6 @@ import json
 import os
 import re
 import sqlite3
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import closing
 from pathlib import Path
@@ -28,6 +26,7 @@ from rich.console import Console
 from hostkit.cli._approver import ConsoleApprover
 from hostkit.effects import ApprovalKey, ApprovalLedger, ApprovalRequest
 from hostkit.host import Host
+from tests.cli import run_cli_async
 from tests.contract.test_agent_api import ASKING_MODULE
 from tests.wire import Reply, WireServer, serve_wire, sse_reply
 from tests.wire import openai_chat as wire_openai
@@ -228,13 +227,7 @@ async def project(tmp_path: Path, wire: WireServer) -> Path:
 
 async def hostkit(*args: str, cwd: Path) -> tuple[int, str, str]:
     """The CLI as a script runs it: stdin is not a terminal, so nothing is asked there."""
-    result = await anyio.run_process(
-        [sys.executable, "-m", "hostkit", *args],
-        cwd=cwd,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    result = await run_cli_async(*args, cwd=cwd, env={**os.environ, "COLUMNS": "200"})
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from hostkit.cli import _doctor
 from hostkit.store import SCHEMA_VERSION
+from tests.cli import run_cli_async
 
 pytestmark = pytest.mark.anyio
 
@@ -45,13 +46,7 @@ async def doctor(cwd: Path, **env: str) -> tuple[int, list[str], str]:
     base = {
         k: v for k, v in os.environ.items() if k not in ("DOCTOR_OPENAI_KEY", "DOCTOR_HOOK_SECRET")
     }
-    result = await anyio.run_process(
-        [sys.executable, "-m", "hostkit", "doctor"],
-        cwd=cwd,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        env={**base, "COLUMNS": "200", **env},
-    )
+    result = await run_cli_async("doctor", cwd=cwd, env={**base, "COLUMNS": "200", **env})
     return result.returncode, result.stdout.decode().splitlines(), result.stderr.decode()
 
 

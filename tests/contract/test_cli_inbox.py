@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
@@ -24,6 +22,7 @@ from hostkit.host import Host
 from hostkit.inbox import ChannelInbox, RetryPolicy
 from hostkit.store import RuntimeStore
 from hostkit.types import InboundEnvelope, InboundFailure, InboundResult
+from tests.cli import run_cli_async
 
 pytestmark = pytest.mark.anyio
 
@@ -43,13 +42,7 @@ REASON = "the upstream outage is over"
 
 async def hostkit(*args: str, cwd: Path, columns: int = 80) -> tuple[int, str, str]:
     """The CLI as a script runs it (no terminal on stdin), ``columns`` wide."""
-    result = await anyio.run_process(
-        [sys.executable, "-m", "hostkit", *args],
-        cwd=cwd,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": str(columns)},
-    )
+    result = await run_cli_async(*args, cwd=cwd, env={**os.environ, "COLUMNS": str(columns)})
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 

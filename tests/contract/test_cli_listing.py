@@ -14,8 +14,6 @@ import io
 import json
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -32,6 +30,7 @@ from hostkit.effects import ApprovalKey, ApprovalRequest
 from hostkit.errors import InvalidValue
 from hostkit.testing import CallTools, Reply, ScriptedModel
 from hostkit.types import ModelRequest
+from tests.cli import run_cli_async
 from tests.hosts import open_host, request
 
 pytestmark = pytest.mark.anyio
@@ -65,12 +64,8 @@ async def hostkit(
     *args: str, cwd: Path, columns: int = 80, env: Mapping[str, str] | None = None
 ) -> tuple[int, str, str]:
     """The CLI as a script runs it (no terminal on stdin), ``columns`` wide."""
-    result = await anyio.run_process(
-        [sys.executable, "-m", "hostkit", *args],
-        cwd=cwd,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": str(columns), **(env or {})},
+    result = await run_cli_async(
+        *args, cwd=cwd, env={**os.environ, "COLUMNS": str(columns), **(env or {})}
     )
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from datetime import datetime
@@ -33,6 +31,7 @@ from hostkit.host import parse_config
 from hostkit.inspect import mcp_server_rows
 from hostkit.store import RuntimeStore
 from hostkit.types import McpServerStatus, McpToolRow
+from tests.cli import run_cli_async
 from tests.contract._cli_cores import CORE, commit, invoke, live, make_project, manifest
 
 pytestmark = pytest.mark.anyio
@@ -73,13 +72,7 @@ SECRETS = ("env-secret-value", "url-secret")
 
 async def hostkit(*args: str, cwd: Path, columns: int = 80) -> tuple[int, str, str]:
     """The CLI as a script runs it (no terminal on stdin), ``columns`` wide."""
-    result = await anyio.run_process(
-        [sys.executable, "-m", "hostkit", *args],
-        cwd=cwd,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": str(columns)},
-    )
+    result = await run_cli_async(*args, cwd=cwd, env={**os.environ, "COLUMNS": str(columns)})
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 

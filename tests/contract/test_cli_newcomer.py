@@ -13,8 +13,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -36,6 +34,7 @@ from hostkit.freeze import freeze
 from hostkit.inspect import BudgetView, StepUsage, TokenTotals, TurnUsage
 from hostkit.store import PendingApproval
 from hostkit.types import GateOutcome
+from tests.cli import run_cli
 from tests.contract._cli_cores import CORE, invoke, make_project
 
 WRITER = """
@@ -65,15 +64,7 @@ TURN_ID = re.compile(r"\bturn_[0-9a-f]{26,}\b")
 
 def hostkit(*args: str, cwd: Path, columns: int = 80) -> tuple[int, str, str]:
     """The CLI as a script runs it: a real process, no terminal on stdin, ``columns`` wide."""
-    result = subprocess.run(
-        [sys.executable, "-m", "hostkit", *args],
-        cwd=cwd,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": str(columns)},
-    )
+    result = run_cli(*args, cwd=cwd, env={**os.environ, "COLUMNS": str(columns)}, timeout=120)
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
@@ -718,14 +709,14 @@ def test_a_python_agent_without_its_providers_key_is_told_which_variable_to_set(
     environ = {
         k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")
     }
-    done = subprocess.run(
-        [sys.executable, "-m", "hostkit", "run", "--agent", "my_agents:agent", "hi"],
+    done = run_cli(
+        "run",
+        "--agent",
+        "my_agents:agent",
+        "hi",
         cwd=tmp_path,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=120,
         env={**environ, "COLUMNS": "300"},
+        timeout=120,
     )
     err = done.stderr.decode()
     assert (done.returncode, done.stdout) == (2, b"")

@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
-import anyio
 import pytest
+
+from tests.cli import run_cli_async
 
 pytestmark = pytest.mark.anyio
 
@@ -38,13 +39,7 @@ AUDITED = "principal_scope.operator_issued"
 
 
 async def hostkit(*args: str, cwd: Path) -> tuple[int, str, str]:
-    result = await anyio.run_process(
-        [sys.executable, "-m", "hostkit", *args],
-        cwd=cwd,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": "100"},
-    )
+    result = await run_cli_async(*args, cwd=cwd, env={**os.environ, "COLUMNS": "100"})
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 

@@ -24,6 +24,7 @@ import pytest
 
 from hostkit.host import Host
 from hostkit.testing import Reply, ScriptedModel, capabilities
+from tests.cli import run_cli_async
 from tests.contract.test_effects_approval_flow import ASK, Approver, Stamps, host_config, stamp_call
 from tests.hosts import request
 
@@ -125,12 +126,7 @@ async def test_a_session_that_is_not_the_operators_to_see_is_refused_and_nothing
     tmp_path: Path,
 ) -> None:
     (tmp_path / "hostkit.toml").write_text(CONFIG)
-    result = await anyio.run_process(
-        [sys.executable, "-m", "hostkit", "approvals", "revoke", "ses_missing"],
-        cwd=tmp_path,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    result = await run_cli_async("approvals", "revoke", "ses_missing", cwd=tmp_path)
     err = result.stderr.decode()
     assert result.returncode != 0
     assert "session not found" in err

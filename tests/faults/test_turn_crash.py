@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
 import sys
 import textwrap
 from contextlib import closing
@@ -17,6 +16,7 @@ import pytest
 from hostkit.host import Host
 from hostkit.store import INTERRUPTED
 from hostkit.testing import Reply, ScriptedModel, capabilities
+from tests.cli import run_cli_async
 from tests.hosts import config, event_kinds, request, turn_rows
 from tests.support import sigkill_when
 
@@ -108,13 +108,7 @@ memory = false
 
 async def view(root: Path, *args: str) -> tuple[str, str]:
     """A read-only view of ``hostkit`` run as its own process: its stdout and stderr."""
-    result = await anyio.run_process(
-        [sys.executable, "-m", "hostkit", *args],
-        cwd=root,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    result = await run_cli_async(*args, cwd=root, env={**os.environ, "COLUMNS": "200"})
     assert result.returncode == 0, result.stderr.decode()
     return result.stdout.decode(), result.stderr.decode()
 

@@ -22,6 +22,7 @@ import pytest
 from hostkit.errors import ConfigError
 from hostkit.host import load_config
 from hostkit.host._config import MAX_CONFIG_BYTES
+from tests.cli import run_cli_async
 
 pytestmark = pytest.mark.anyio
 
@@ -89,14 +90,18 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
 
 
 async def cli(*args: str, cwd: Path, prefix: Sequence[str] = ()) -> tuple[int, str]:
+    env = {**os.environ, "COLUMNS": "80"}
     with anyio.fail_after(DEADLINE_S):
-        result = await anyio.run_process(
-            [*prefix, sys.executable, "-m", "hostkit", *args],
-            cwd=cwd,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, "COLUMNS": "80"},
-        )
+        if prefix:  # another user's command: a process of its own
+            result = await anyio.run_process(
+                [*prefix, sys.executable, "-m", "hostkit", *args],
+                cwd=cwd,
+                check=False,
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        else:
+            result = await run_cli_async(*args, cwd=cwd, env=env)
     return result.returncode, result.stderr.decode(errors="replace")
 
 

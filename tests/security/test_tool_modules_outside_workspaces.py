@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import importlib
 import os
-import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import anyio
 import pytest
 
 from hostkit.errors import ConfigError, TurnRejected
 from hostkit.host import Agent, Host, _code_places, load_agent, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from tests.cli import run_cli_async
 from tests.hosts import request
 
 pytestmark = pytest.mark.anyio
@@ -448,11 +447,12 @@ async def test_hostkit_run_agent_refuses_a_project_that_is_its_own_workspace(
         f'[host]\nworkspace = "{workspace}"\n\n[providers.test]\nkind = "scripted"\n\n'
         '[agents.writer]\nprovider = "test"\nbuiltins = ["files.write"]\n'
     )
-    result = await anyio.run_process(
-        [sys.executable, "-m", "hostkit", "run", "--agent", "my_agents:agent", "hi"],
+    result = await run_cli_async(
+        "run",
+        "--agent",
+        "my_agents:agent",
+        "hi",
         cwd=tmp_path,
-        check=False,
-        stdin=subprocess.DEVNULL,
         env={**os.environ, "COLUMNS": "200"},
     )
     err = result.stderr.decode()

@@ -1,0 +1,192 @@
+"""Running the ``hostkit`` command from a test, as a script does: a real process with no
+terminal on stdin, its exit status and its output read whole.
+
+Each command is forked from a warm ``python -m hostkit`` (``tests/_cli_zygote.py``,
+one per test worker) instead of starting an interpreter and importing the CLI
+again: the suite runs hundreds of commands, and that import was most of their
+CPU. The child is still a process of its own that runs ``hostkit`` from its
+``__main__`` to the interpreter's exit. A command whose environment changes how
+Python itself starts (any ``PYTHON*`` variable other than the worker's) starts a
+fresh interpreter instead (as do the locale's variables, which set its encodings),
+as does every command when ``HOSTKIT_TEST_FORK=0``.
+Tests of how the command starts (imports, signals while it loads, a reader that
+leaves) start their processes themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import anyio
+
+__all__ = ["run_cli", "run_cli_async"]
+
+ZYGOTE = Path(__file__).with_name("_cli_zygote.py")
+DEFAULT_TIMEOUT_S = 120.0
+# How long the warm process may take to import the CLI before commands start cold.
+ZYGOTE_START_S = 60.0
+
+_started = threading.Lock()
+_zygote: _Zygote | None = None
+
+
+class _Zygote:
+    def __init__(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="hostkit-cli-")
+        self.path = os.path.join(self.directory, "socket")
+        self.environment = dict(os.environ)
+        self.process = subprocess.Popen(
+            [sys.executable, str(ZYGOTE), self.path],
+            stdin=subprocess.PIPE,  # its end: the zygote exits when this worker does
+            stdout=subprocess.PIPE,
+            env=self.environment,
+            cwd=self.directory,
+        )
+        assert self.process.stdout is not None
+        ready = selectors.DefaultSelector()
+        ready.register(self.process.stdout, selectors.EVENT_READ)
+        if not ready.select(ZYGOTE_START_S) or self.process.stdout.readline() != b"ready\n":
+            self.process.kill()
+            raise RuntimeError("the warm hostkit process did not start (tests/_cli_zygote.py)")
+
+    def serves(self, env: Mapping[str, str]) -> bool:
+        """Whether a fork of this process starts as ``python -m hostkit`` would under ``env``."""
+        return self.process.poll() is None and _startup(env) == _startup(self.environment)
+
+
+def _startup(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables an interpreter reads as it starts (a fork keeps what its parent read)."""
+    return {k: v for k, v in env.items() if k.startswith("PYTHON") or k in _LOCALE}
+
+
+_LOCALE = frozenset({"LANG", "LC_ALL", "LC_CTYPE"})
+
+
+def _warm() -> _Zygote | None:
+    global _zygote
+    if os.environ.get("HOSTKIT_TEST_FORK") == "0":
+        return None
+    with _started:
+        if _zygote is None or _zygote.process.poll() is not None:
+            _zygote = _Zygote()
+        return _zygote
+
+
+def run_cli(
+    *args: str,
+    cwd: Path | str = ".",
+    env: Mapping[str, str] | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    started: Callable[[int], None] | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``hostkit ARGS`` in ``cwd`` under ``env`` (defaults: this process's), stdin empty;
+    raises ``subprocess.TimeoutExpired`` (the command killed) past ``timeout``. ``started``
+    is told the command's pid once it runs (a forked command's only)."""
+    environment = dict(os.environ if env is None else env)
+    argv = [sys.executable, "-m", "hostkit", *args]
+    zygote = _warm()
+    if zygote is None or not zygote.serves(environment):
+        return subprocess.run(
+            argv,
+            cwd=cwd,
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    request = {"args": list(args), "cwd": os.path.abspath(cwd), "env": environment}
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        connection.connect(zygote.path)
+        socket.send_fds(connection, [json.dumps(request).encode()], [out_write, err_write])
+    finally:
+        os.close(out_write)
+        os.close(err_write)
+    deadline = time.monotonic() + timeout
+    return _collect(connection, out_read, err_read, argv, deadline, timeout, started)
+
+
+def _collect(
+    connection: socket.socket,
+    out_read: int,
+    err_read: int,
+    argv: Sequence[str],
+    deadline: float,
+    timeout: float,
+    started: Callable[[int], None] | None,
+) -> subprocess.CompletedProcess[bytes]:
+    """Read the child's output until both pipes close and its exit status arrives."""
+    output: dict[int, list[bytes]] = {out_read: [], err_read: []}
+    pid: int | None = None
+    status: int | None = None
+    with selectors.DefaultSelector() as selector:
+        selector.register(out_read, selectors.EVENT_READ)
+        selector.register(err_read, selectors.EVENT_READ)
+        selector.register(connection, selectors.EVENT_READ)
+        try:
+            while selector.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if pid is not None:
+                        os.kill(pid, signal.SIGKILL)
+                    raise subprocess.TimeoutExpired(list(argv), timeout)
+                for key, _ in selector.select(left):
+                    if key.fileobj is connection:
+                        message = connection.recv(4096)
+                        if not message:
+                            selector.unregister(connection)
+                            continue
+                        answer = json.loads(message)
+                        if "pid" in answer:
+                            pid = answer["pid"]
+                            if started is not None:
+                                started(pid)
+                        status = answer.get("status", status)
+                    else:
+                        fd = key.fd
+                        chunk = os.read(fd, 1 << 16)
+                        if chunk:
+                            output[fd].append(chunk)
+                        else:
+                            selector.unregister(fd)
+        finally:
+            connection.close()
+            os.close(out_read)
+            os.close(err_read)
+    if status is None:
+        raise RuntimeError(f"the warm hostkit process lost the command {list(argv)[3:]}")
+    return subprocess.CompletedProcess(
+        list(argv), status, b"".join(output[out_read]), b"".join(output[err_read])
+    )
+
+
+async def run_cli_async(
+    *args: str, cwd: Path | str = ".", env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """``run_cli`` off the event loop (a worker thread waits for the command); cancelled,
+    it kills the command, as ``anyio.run_process`` does."""
+    pids: list[int] = []
+    run = functools.partial(run_cli, *args, cwd=cwd, env=env, started=pids.append)
+    try:
+        return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        raise
