@@ -41,6 +41,7 @@ ZYGOTE_START_S = 60.0
 
 _started = threading.Lock()
 _zygote: _Zygote | None = None
+_failed: Exception | None = None
 
 
 class _Zygote:
@@ -76,12 +77,19 @@ _LOCALE = frozenset({"LANG", "LC_ALL", "LC_CTYPE"})
 
 
 def _warm() -> _Zygote | None:
-    global _zygote
+    """This worker's warm process, started on first use and again if it ended; None (every
+    command then starts cold) when it is turned off or could not start."""
+    global _zygote, _failed
     if os.environ.get("HOSTKIT_TEST_FORK") == "0":
         return None
     with _started:
-        if _zygote is None or _zygote.process.poll() is not None:
-            _zygote = _Zygote()
+        if _failed is None and (_zygote is None or _zygote.process.poll() is not None):
+            try:
+                _zygote = _Zygote()
+            except (OSError, RuntimeError) as exc:
+                _failed, _zygote = exc, None
+                # Slower, not wrong: the commands run as they did before this helper.
+                sys.stderr.write(f"tests/cli.py: hostkit commands start cold: {exc}\n")
         return _zygote
 
 
