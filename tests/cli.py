@@ -57,11 +57,11 @@ class _Zygote:
             cwd=self.directory,
         )
         assert self.process.stdout is not None
-        ready = selectors.DefaultSelector()
-        ready.register(self.process.stdout, selectors.EVENT_READ)
-        if not ready.select(ZYGOTE_START_S) or self.process.stdout.readline() != b"ready\n":
-            self.process.kill()
-            raise RuntimeError("the warm hostkit process did not start (tests/_cli_zygote.py)")
+        with selectors.DefaultSelector() as ready:
+            ready.register(self.process.stdout, selectors.EVENT_READ)
+            if not ready.select(ZYGOTE_START_S) or self.process.stdout.readline() != b"ready\n":
+                self.process.kill()
+                raise RuntimeError("the warm hostkit process did not start (tests/_cli_zygote.py)")
 
     def serves(self, env: Mapping[str, str]) -> bool:
         """Whether a fork of this process starts as ``python -m hostkit`` would under ``env``."""
