@@ -111,9 +111,9 @@ test-fast: install bytecode
 
 # The tests (tests/kernel drives both kernels itself), then the notebooks on the pinned
 # kernel and again on the oldest supported ipykernel. tests/browser is opt-in (browser-test).
-# Three test workers on two cores: with two, a third of the cores' time went idle (a
-# quiet run: 1,603 s of CPU in 1,246 s), since most tests wait on the processes they start
-# (hundreds of CLI and serve processes a run), on fsync and on timeouts they provoke. A
+# Four test workers on two cores: most tests wait on the processes they start (hundreds of
+# CLI and serve processes a run), on fsync and on timeouts they provoke, so with fewer the
+# cores idle (two workers: a third of their time; three: 731 s where four took 617 s). A
 # test's `hostkit` command is forked from a warm one per worker (tests/cli.py), which
 # saves each the import of the CLI.
 # Tests one at a time with work stealing (a few long files no longer leave a worker idle at
@@ -131,7 +131,7 @@ test: $(OLDEST_SPEC) bytecode
 	$(BIN)/ruff format --check hostkit tests bench
 	$(BIN)/lint-imports
 	@$(BIN)/mypy > .mypy-report 2>&1 & typing=$$!; \
-	HOSTKIT_REQUIRE=oldest-kernel,installed $(BIN)/python -m pytest -n 3 --dist worksteal --durations=25 \
+	HOSTKIT_REQUIRE=oldest-kernel,installed $(BIN)/python -m pytest -n 4 --dist worksteal --durations=25 \
 	    --ignore=tests/browser tests; tests=$$?; \
 	wait $$typing; typed=$$?; echo '$(BIN)/mypy'; cat .mypy-report; rm -f .mypy-report; \
 	test $$tests = 0 && test $$typed = 0
