@@ -94,7 +94,7 @@ from hostkit.host._reload import (
 )
 from hostkit.host._store import open_configured_store
 from hostkit.inbox import ChannelInbox, InboxWorker, Route
-from hostkit.store import InboxLimits, LeaseOwner, RuntimeStore
+from hostkit.store import InboxLimits, LeaseOwner, RuntimeStore, SchemaUpgrade
 from hostkit.telemetry import Tracing, open_tracing
 from hostkit.turns import Observer, PinnedCore, TurnExecution
 from hostkit.types import (
@@ -154,7 +154,8 @@ class Host(AsyncResource):
     close, so a later ``apply_config`` keeps it until the Host is reopened.
 
     ``warnings`` holds one line per configuration problem found at open (a
-    workspace overlapping the Host's own state); each is also logged on the
+    workspace overlapping the Host's own state), and one if the open upgraded the
+    database's schema (naming the backup it kept); each is also logged on the
     ``hostkit.host`` logger, and the CLI prints them on stderr.
 
     ``memory`` lists and forgets agent memory items outside a turn (an
@@ -439,7 +440,12 @@ class Host(AsyncResource):
                 # The default sources import each provider kind's package: one missing is
                 # refused here, before any turn, not as each of its agent's turns failing.
                 await anyio.to_thread.run_sync(check_provider_extras, resolved)
-            warnings = (*await _prepare_workspaces(resolved), *core_warnings, *channel_warnings)
+            warnings = (
+                *_upgraded(store.migration),
+                *await _prepare_workspaces(resolved),
+                *core_warnings,
+                *channel_warnings,
+            )
             # Once the workspaces exist: none an agent writes may hold a Python agent's code.
             await anyio.to_thread.run_sync(check_agent_code, resolved, agents)
         except BaseException:
@@ -1227,6 +1233,20 @@ def _outside_agents(config: HostConfig) -> dict[str, object]:
         **config.model_dump(mode="json", exclude={"agents"}),
         "base_dir": str(config.base_dir),
     }
+
+
+def _upgraded(upgrade: SchemaUpgrade) -> tuple[str, ...]:
+    """The line (logged and returned) that tells the operator this open upgraded the
+    database's schema, and where the old database is kept: a listing upgrades it as
+    much as ``serve`` does, and one process a database is told (the others find it done).
+    """
+    if not 0 < upgrade.from_version < upgrade.to_version:
+        return ()  # current, or a database this open created
+    line = f"upgraded the database from schema v{upgrade.from_version} to v{upgrade.to_version}"
+    if upgrade.backup is not None:
+        line += f"; its old copy is {upgrade.backup}: delete it once this version runs well"
+    _log.warning("%s", line)
+    return (line,)
 
 
 async def _prepare_workspaces(config: HostConfig) -> tuple[str, ...]:

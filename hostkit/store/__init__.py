@@ -80,7 +80,7 @@ from hostkit.store._inspect import (
     UsageRow,
     UsageSums,
 )
-from hostkit.store._interface import RuntimeStore
+from hostkit.store._interface import RuntimeStore, SchemaUpgrade
 from hostkit.store._lease import LeaseOwner, owner_is_dead
 from hostkit.store._mcp import (
     MAX_MCP_DESCRIPTION_CHARS,
@@ -239,6 +239,7 @@ __all__ = [
     "RevocationPage",
     "RowStore",
     "RuntimeStore",
+    "SchemaUpgrade",
     "ScopeMint",
     "SessionActivity",
     "SessionBusy",

@@ -20,7 +20,7 @@ import importlib
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import AsyncResource
@@ -59,6 +59,19 @@ if TYPE_CHECKING:
 __all__ = ["RuntimeStore"]
 
 
+class SchemaUpgrade(Protocol):
+    """What opening the store did to its schema (each adapter's report of it)."""
+
+    @property
+    def from_version(self) -> int: ...
+
+    @property
+    def to_version(self) -> int: ...
+
+    @property
+    def backup(self) -> Path | None: ...
+
+
 class RuntimeStore(AsyncResource):
     """The transactional source of truth behind every Host seam.
 
@@ -81,6 +94,8 @@ class RuntimeStore(AsyncResource):
     inbox: InboxStore
     delivery: DeliveryStore
     cores: CoreStore
+    # The schema upgrade this open ran, if any (from_version == to_version: none).
+    migration: SchemaUpgrade
 
     @classmethod
     def open(
