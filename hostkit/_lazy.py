@@ -4,18 +4,28 @@ command line that runs a turn starts without the serving and fetching code it ne
 calls."""
 
 import importlib
+import sys
 from collections.abc import Callable, Mapping
 
 __all__ = ["attributes"]
 
 
-def attributes(package: str, names: Mapping[str, str]) -> Callable[[str], object]:
-    """A module ``__getattr__`` for ``package`` giving each of ``names`` from its module."""
+def attributes(
+    package: str, names: Mapping[str, str]
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """A module ``__getattr__`` for ``package`` giving each of ``names`` from its module
+    (kept once loaded), and its ``__dir__``, which lists them before they load (``dir()``,
+    ``help()`` and a notebook's tab completion see the whole package)."""
 
     def __getattr__(name: str) -> object:
         module = names.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        return getattr(importlib.import_module(module), name)
+        value = getattr(importlib.import_module(module), name)
+        setattr(sys.modules[package], name, value)
+        return value
 
-    return __getattr__
+    def __dir__() -> list[str]:
+        return sorted({*vars(sys.modules[package]), *names})
+
+    return __getattr__, __dir__

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 import re
 import subprocess
@@ -197,6 +198,33 @@ def test_a_name_loaded_on_first_use_is_the_module_s_own(package: str, name: str)
     assert value.__module__.startswith(package)
     with pytest.raises(AttributeError, match=f"module '{package}' has no attribute 'Nope'"):
         _ = module.Nope
+
+
+def test_a_package_lists_its_names_before_they_load() -> None:
+    """``dir()`` (and with it ``help()`` and a notebook's tab completion) showed only the
+    names a package had loaded: ``hostkit.effects.ApprovalL<Tab>`` completed nothing."""
+    packages = [
+        "hostkit.host",
+        "hostkit.channels",
+        "hostkit.delivery",
+        "hostkit.builtins.web",
+        "hostkit.cores",
+        "hostkit.effects",
+    ]
+    probe = (
+        "import importlib, json, sys\n"
+        f"for name in {packages!r}:\n"
+        "    package = importlib.import_module(name)\n"
+        "    missing = sorted(set(package.__all__) - set(dir(package)))\n"
+        "    print(json.dumps([name, missing]))\n"
+        "print(json.dumps([m for m in ('uvicorn', 'httpx', 'dulwich') if m in sys.modules]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    *listed, loaded = (json.loads(line) for line in done.stdout.splitlines())
+    assert listed == [[name, []] for name in packages]
+    assert loaded == []  # listing the names loads none of them
 
 
 # A signal sent from inside the CLI's imports (when ``hostkit.host`` is first looked for),

@@ -50,4 +50,4 @@ __all__ = [
 ]
 
 
-__getattr__ = _lazy.attributes(__name__, _TRANSPORTS)
+__getattr__, __dir__ = _lazy.attributes(__name__, _TRANSPORTS)

@@ -127,4 +127,4 @@ __all__ = [
     "starter_files",
 ]
 
-__getattr__ = _lazy.attributes(__name__, _REPOSITORY)
+__getattr__, __dir__ = _lazy.attributes(__name__, _REPOSITORY)

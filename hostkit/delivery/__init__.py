@@ -41,4 +41,4 @@ __all__ = [
 ]
 
 
-__getattr__ = _lazy.attributes(__name__, _ADAPTERS)
+__getattr__, __dir__ = _lazy.attributes(__name__, _ADAPTERS)

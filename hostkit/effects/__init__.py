@@ -209,4 +209,4 @@ __all__ = [
     "unified_diff",
 ]
 
-__getattr__ = _lazy.attributes(__name__, _PIPELINE)
+__getattr__, __dir__ = _lazy.attributes(__name__, _PIPELINE)

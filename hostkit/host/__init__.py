@@ -118,6 +118,6 @@ __all__ = [
 ]
 
 
-__getattr__ = _lazy.attributes(
+__getattr__, __dir__ = _lazy.attributes(
     __name__, {"HostDaemon": "hostkit.host._serve", "ServeStatus": "hostkit.host._serve"}
 )

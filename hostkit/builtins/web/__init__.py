@@ -58,4 +58,4 @@ __all__ = [
 ]
 
 
-__getattr__ = _lazy.attributes(__name__, _FETCHING)
+__getattr__, __dir__ = _lazy.attributes(__name__, _FETCHING)
