@@ -25,7 +25,7 @@ from pathlib import Path
 from hostkit._free_space import free_bytes_at
 from hostkit.errors import MigrationError
 from hostkit.store._connection import create_private
-from hostkit.store._schema import APPLICATION_ID, Migration
+from hostkit.store._schema import APPLICATION_ID, MIGRATIONS, Migration
 from hostkit.store._writer import LockWait, begin_immediate
 
 __all__ = [
@@ -38,10 +38,13 @@ __all__ = [
 ]
 
 _MIB = 1024 * 1024
-# Beside its backup, an upgrade writes the migration's journal (a step that rewrites a
-# table logs it: a full upgrade peaked near 2.06 times the file with the backup) and
-# leaves the Host room for its first writes.
-_JOURNAL_SHARE = 4
+# Every step runs in the upgrade's one transaction: a page a step rewrites is in the WAL
+# until the commit, and the file grows by a rebuilt table's new copy before the old one is
+# freed. Twice the rewritten pages per step (an upper bound: a later step writing the same
+# pages again reuses their frames) held the measured peaks of a memory-heavy file.
+_REWRITE_COPIES = 2
+# The steps that rewrite nothing (a new table, an index over few rows), and the Host's
+# first writes after the upgrade.
 _AFTER_BYTES = 16 * _MIB
 
 
@@ -143,24 +146,71 @@ def _file_bytes(path: Path) -> int:
         return 0
 
 
-def upgrade_room(database: Path, version: int) -> int:
-    """Blocking: the free bytes an upgrade of ``database`` from schema ``version`` needs
-    beside it: its backup, a copy of the file and its WAL (none when one is there to
-    reuse), then a quarter of that and 16 MiB for the migration's journal and the writes
-    after it, less what an unfinished backup the upgrade deletes first holds (``hostkit
-    doctor`` shows it)."""
+def upgrade_room(database: Path, version: int, migrations: Sequence[Migration] = MIGRATIONS) -> int:
+    """Blocking: the free bytes an upgrade of ``database`` from schema ``version`` to the
+    last of ``migrations`` needs beside it (``hostkit doctor`` shows it): its backup, a
+    copy of the file and its WAL (none when one is there to reuse), what the pending steps
+    rewrite, and 16 MiB, less what an unfinished backup the upgrade deletes first holds."""
     held = sum(_file_bytes(database.with_name(database.name + end)) for end in ("", "-wal"))
     backup = _backup_path(database, version)
     copy = 0 if backup.exists() else held
     dead = sum(_file_bytes(path) for path in _partial_files(backup))
-    return max(0, copy + held // _JOURNAL_SHARE + _AFTER_BYTES - dead)
+    rewritten = _rewritten_bytes(database, migrations[version:], held)
+    return max(0, copy + rewritten + _AFTER_BYTES - dead)
 
 
-def _check_room(database: Path, version: int) -> None:
-    """Refuse, with nothing changed, an upgrade the free space beside the file cannot hold:
-    the backup would fail only once copied, or the migration leave no byte to write."""
+def _rewritten_bytes(database: Path, steps: Sequence[Migration], held: int) -> int:
+    """The WAL and file growth of the ``steps``' rewrites: twice the pages each step
+    declares (``Migration.rewrites``), at most the whole file per step. A name the file
+    does not hold yet is a table an earlier step creates, empty; where SQLite cannot size
+    them, each step counts the whole file."""
+    names = {name for step in steps for name in step.rewrites}
+    if not names:
+        return 0
     try:
-        needed, free = upgrade_room(database, version), free_bytes_at(database.parent)
+        sizes = _btree_bytes(database, names)
+    except sqlite3.Error:
+        sizes = dict.fromkeys(names, held)
+    return sum(
+        _REWRITE_COPIES * min(held, sum(sizes.get(name, 0) for name in step.rewrites))
+        for step in steps
+    )
+
+
+def _btree_bytes(database: Path, names: set[str]) -> dict[str, int]:
+    """The bytes of the pages of each table in ``names`` with its indexes (or of an index),
+    through SQLite's ``dbstat`` on a read-only connection: it reads beside the upgrade's
+    write lock, and only the pages of those tables."""
+    conn = sqlite3.connect(f"{database.absolute().as_uri()}?mode=ro", uri=True, timeout=5.0)
+    try:
+        return {
+            name: int(
+                conn.execute(
+                    "SELECT COALESCE(SUM(s.pgsize), 0) FROM sqlite_master AS m "
+                    "JOIN dbstat AS s ON s.name = m.name "
+                    "WHERE m.rootpage > 0 AND (m.tbl_name = ? OR m.name = ?)",
+                    (name, name),
+                ).fetchone()[0]
+            )
+            for name in sorted(names)
+        }
+    finally:
+        conn.close()
+
+
+def _room_needed(database: Path, version: int, migrations: Sequence[Migration]) -> int | None:
+    """``upgrade_room``, or None where the file sizes cannot be read."""
+    try:
+        return upgrade_room(database, version, migrations)
+    except OSError:
+        return None
+
+
+def _check_room(database: Path, version: int, migrations: Sequence[Migration]) -> None:
+    """Refuse, with nothing changed, an upgrade the free space beside the file cannot hold:
+    the backup would fail only once copied, or the migration once it had filled the disk."""
+    try:
+        needed, free = upgrade_room(database, version, migrations), free_bytes_at(database.parent)
     except OSError:
         return  # unknown: the backup's own error says what went wrong
     if free < needed:
@@ -334,7 +384,7 @@ def _upgrade_locked(
     backup: Path | None = None
     reused = False
     if not fresh:
-        _check_room(database, current)
+        _check_room(database, current, migrations)
         backup = _backup_path(database, current)
         reused = _ensure_backup(conn, database, backup)
 
@@ -357,10 +407,12 @@ def _upgrade_locked(
         name = getattr(exc, "sqlite_errorname", None) or ""
         if name.startswith(("SQLITE_FULL", "SQLITE_IOERR")):
             # The disk, not a step: the rollback left the file as it was, nothing to restore.
+            needed = _room_needed(database, current, migrations)
+            room = f" (the retry needs about {-(-needed // _MIB)} MiB free)" if needed else ""
             raise MigrationError(
                 f"{failing} failed and was rolled back ({name}: {str(exc)[:200]}); the "
-                f"database is unchanged at v{current}: free space beside the database and "
-                "retry",
+                f"database is unchanged at v{current}: free space beside the database{room} "
+                "and retry",
                 database=str(database),
                 backup=str(backup) if backup else None,
             ) from exc

@@ -28,12 +28,20 @@ class Migration:
 
     ``destructive``: the step drops or rewrites data. SQLite backs up before
     every upgrade anyway; PostgreSQL requires a verified ``pg_dump`` first.
+
+    ``rewrites``: the tables (each with its indexes) or lone indexes, named as in the
+    file before the step, whose size bounds what the step writes in bulk: a rebuild's
+    copy, an UPDATE of every row, an index or backfill built from their rows. The
+    upgrade's free-space check sizes them: the whole transaction's writes stay in the
+    WAL until its commit, beside the file they then grow. Not part of the statements'
+    digest: declaring one never edits a released step.
     """
 
     version: int
     name: str
     statements: tuple[str, ...]
     destructive: bool = False
+    rewrites: tuple[str, ...] = ()
 
 
 _V1_BASE = Migration(
@@ -137,6 +145,7 @@ _V2_OWNERS = Migration(
                 FROM conversation_bindings GROUP BY session_id
             ) b ON b.session_id = s.session_id""",
     ),
+    rewrites=("sessions",),  # an owner row per session
 )
 
 _TURN_STATUSES = (
@@ -495,6 +504,7 @@ _V10_APPROVAL_OUTCOMES = Migration(
         "CREATE INDEX approvals_continuation ON approvals(continuation_turn_id) "
         "WHERE continuation_turn_id IS NOT NULL",
     ),
+    rewrites=("approvals",),
 )
 
 _MCP_STATES = "('connected', 'failing', 'denied', 'closed')"
@@ -648,6 +658,7 @@ _V13_DELIVERY = Migration(
         # that its message went unanswered. Turns admitted before v13 have none.
         "ALTER TABLE turns ADD COLUMN route TEXT",
     ),
+    rewrites=("outbox",),
 )
 
 _CORE_ACTIONS = "('promote', 'rollback', 'refused')"
@@ -687,6 +698,7 @@ _V14_CORES = Migration(
         # Session pins: a session's latest turn of a core, found without a table scan.
         "CREATE INDEX turns_core_session ON turns(core_id, session_id, id)",
     ),
+    rewrites=("turns",),  # the index over its rows
 )
 
 _V15_APPROVAL_REVOCATIONS = Migration(
@@ -762,6 +774,7 @@ _V17_COMMAND_REPLIES = Migration(
         "CREATE INDEX outbox_due ON outbox(next_attempt_at) WHERE status IN ('pending', 'sending')",
         "CREATE INDEX outbox_dead ON outbox(id) WHERE status = 'dead_lettered'",
     ),
+    rewrites=("outbox",),
 )
 
 _V18_DELIVERY_CLAIM_OWNERS = Migration(
@@ -844,6 +857,8 @@ _V22_ATTACHMENT_RECLAIM = Migration(
                 ) named WHERE named.ref IS NOT NULL
             )""",
     ),
+    # A row per attachment, its key as in attachments' (principal_id, ref) index.
+    rewrites=("sqlite_autoindex_attachments_1",),
 )
 
 _V23_MEMORY_PROVENANCE = Migration(
@@ -877,6 +892,7 @@ _V23_MEMORY_PROVENANCE = Migration(
             INSERT INTO memory_fts(memory_fts, rowid, text) VALUES ('delete', old.id, old.text);
         END""",
     ),
+    rewrites=("memory_items",),
 )
 
 _V24_OWNER_SEARCH = Migration(
@@ -922,6 +938,16 @@ _V24_OWNER_SEARCH = Migration(
         "CREATE INDEX outbox_delivered ON outbox(delivered_at) WHERE status = 'delivered'",
         "CREATE INDEX outbox_delivered_payload ON outbox(delivered_at) "
         "WHERE status = 'delivered' AND payload <> '{}'",
+    ),
+    # The rows' update and the FTS rebuild; the new indexes read audit's rows, and the
+    # outbox's delivered ones (a key and a rowid each: no larger than its intent_id index).
+    rewrites=(
+        "memory_items",
+        "memory_fts_data",
+        "memory_fts_idx",
+        "memory_fts_docsize",
+        "audit",
+        "sqlite_autoindex_outbox_1",
     ),
 )
 
@@ -970,6 +996,7 @@ _V25_SESSION_ACTIVITY = Migration(
                 WHERE session_id = old.session_id;
         END""",
     ),
+    rewrites=("sessions",),
 )
 
 _V26_ATTACHMENT_REFS = Migration(
@@ -1031,6 +1058,8 @@ _V26_ATTACHMENT_REFS = Migration(
             SELECT RAISE(ABORT, 'attachment bytes a session references are kept');
         END""",
     ),
+    # Rows of attachments' keys, as in their (principal_id, ref) index.
+    rewrites=("sqlite_autoindex_attachments_1",),
 )
 
 MIGRATIONS: tuple[Migration, ...] = (

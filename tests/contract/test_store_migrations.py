@@ -273,14 +273,20 @@ async def test_failed_migration_leaves_the_file_byte_identical(db_path: Path) ->
 async def test_a_migration_that_runs_out_of_room_says_to_free_space_not_to_restore(
     db_path: Path,
 ) -> None:
-    """The rollback leaves the file as it was: the fix is room, not the backup."""
+    """The rollback leaves the file as it was: the fix is room, not the backup, and the
+    error names the room the retry needs (its backup is there to reuse)."""
     await make_v1(db_path)
     before = await digest(db_path)
+    migrations = (*MIGRATIONS, FILLS_THE_DISK)
     with pytest.raises(MigrationError) as caught:
-        await RuntimeStore.open(db_path, migrations=(*MIGRATIONS, FILLS_THE_DISK))
+        await RuntimeStore.open(db_path, migrations=migrations)
     said = str(caught.value)
+    needed = await anyio.to_thread.run_sync(upgrade_room, db_path, 1, migrations)
     assert "SQLITE_FULL" in said
-    assert "unchanged at v1: free space beside the database and retry" in said
+    assert (
+        f"unchanged at v1: free space beside the database (the retry needs about "
+        f"{-(-needed // (1 << 20))} MiB free) and retry"
+    ) in said
     assert caught.value.restore is None
     assert await digest(db_path) == before
 
