@@ -13,17 +13,16 @@ __all__ = ["attributes"]
 def attributes(
     package: str, names: Mapping[str, str]
 ) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
-    """A module ``__getattr__`` for ``package`` giving each of ``names`` from its module
-    (kept once loaded), and its ``__dir__``, which lists them before they load (``dir()``,
-    ``help()`` and a notebook's tab completion see the whole package)."""
+    """A module ``__getattr__`` for ``package`` giving each of ``names`` from its module,
+    and its ``__dir__``, which lists them before they load (``dir()``, ``help()`` and a
+    notebook's tab completion see the whole package). A name is looked up in its module
+    at every use, not kept on the package: the module's is the one binding."""
 
     def __getattr__(name: str) -> object:
         module = names.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        setattr(sys.modules[package], name, value)
-        return value
+        return getattr(importlib.import_module(module), name)
 
     def __dir__() -> list[str]:
         return sorted({*vars(sys.modules[package]), *names})

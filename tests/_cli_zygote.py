@@ -69,12 +69,18 @@ def serve(path: str) -> None:
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                     selector.close()
-                    for fd in (listener.detach(), connection.detach(), wake_read, wake_write):
-                        os.close(fd)
+                    # Detached, not closed: run_command closes every descriptor but stdio,
+                    # other commands' result connections among them, as a fresh process has
+                    # none of them.
+                    for held in (listener, connection, *waiting.values()):
+                        held.detach()
                     run_command(request, fds)
                 for fd in fds:
                     os.close(fd)
-                connection.send(json.dumps({"pid": pid}).encode())
+                try:
+                    connection.send(json.dumps({"pid": pid}).encode())
+                except OSError:  # its requester gave up (its deadline) before it began
+                    os.kill(pid, signal.SIGKILL)
                 waiting[pid] = connection
 
 
@@ -107,8 +113,7 @@ def run_command(request: dict[str, object], fds: list[int]) -> None:
     os.dup2(stdin, 0)
     os.dup2(fds[0], 1)
     os.dup2(fds[1], 2)
-    for fd in (stdin, *fds):
-        os.close(fd)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # fds, stdin's copy, the server's own
     cwd, env, args = request["cwd"], request["env"], request["args"]
     assert isinstance(cwd, str)
     assert isinstance(env, dict)

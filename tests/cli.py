@@ -5,10 +5,12 @@ Each command is forked from a warm ``python -m hostkit`` (``tests/_cli_zygote.py
 one per test worker) instead of starting an interpreter and importing the CLI
 again: the suite runs hundreds of commands, and that import was most of their
 CPU. The child is still a process of its own that runs ``hostkit`` from its
-``__main__`` to the interpreter's exit. A command whose environment changes how
-Python itself starts (any ``PYTHON*`` variable other than the worker's) starts a
-fresh interpreter instead (as do the locale's variables, which set its encodings),
-as does every command when ``HOSTKIT_TEST_FORK=0``.
+``__main__`` to the interpreter's exit. A command whose environment differs from
+the worker's in what is read before its command runs (``PYTHON*``, the locale, the
+time zone, the console's colour and terminal settings: ``_startup``) starts a
+fresh interpreter instead, as does every command when ``HOSTKIT_TEST_FORK=0``.
+The tests' conftest starts the warm process before a worker's first test, so no
+test's timing counts its import.
 Tests of how the command starts (imports, signals while it loads, a reader that
 leaves) start their processes themselves.
 """
@@ -32,7 +34,7 @@ from pathlib import Path
 
 import anyio
 
-__all__ = ["run_cli", "run_cli_async"]
+__all__ = ["run_cli", "run_cli_async", "warm_up"]
 
 ZYGOTE = Path(__file__).with_name("_cli_zygote.py")
 DEFAULT_TIMEOUT_S = 120.0
@@ -48,11 +50,14 @@ class _Zygote:
     def __init__(self) -> None:
         self.directory = tempfile.mkdtemp(prefix="hostkit-cli-")
         self.path = os.path.join(self.directory, "socket")
-        self.environment = dict(os.environ)
+        # Without a fixed size, Rich's console (made as the CLI is imported) reads the
+        # command's own COLUMNS when it prints, as a fresh process's does.
+        self.environment = {k: v for k, v in os.environ.items() if k not in _SIZE}
         self.process = subprocess.Popen(
             [sys.executable, str(ZYGOTE), self.path],
             stdin=subprocess.PIPE,  # its end: the zygote exits when this worker does
             stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # no terminal: the console decides no colours on one
             env=self.environment,
             cwd=self.directory,
         )
@@ -69,11 +74,32 @@ class _Zygote:
 
 
 def _startup(env: Mapping[str, str]) -> dict[str, str]:
-    """The variables an interpreter reads as it starts (a fork keeps what its parent read)."""
-    return {k: v for k, v in env.items() if k.startswith("PYTHON") or k in _LOCALE}
+    """The variables read as the interpreter starts or the CLI is imported (a fork keeps
+    what its parent read)."""
+    return {k: v for k, v in env.items() if k.startswith(("PYTHON", "TYPER_")) or k in _READ}
 
 
-_LOCALE = frozenset({"LANG", "LC_ALL", "LC_CTYPE"})
+# The locale (stdio and file name encodings), the time zone, and what Rich's console and
+# typer read when the CLI is imported (colours, a terminal forced or not, traceback style).
+_READ = frozenset(
+    {
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TZ",
+        "FORCE_COLOR",
+        "NO_COLOR",
+        "TTY_COMPATIBLE",
+        "TTY_INTERACTIVE",
+        "_TYPER_STANDARD_TRACEBACK",
+    }
+)
+_SIZE = frozenset({"COLUMNS", "LINES"})
+
+
+def warm_up() -> None:
+    """Start this worker's warm process now, not inside the first test that runs a command."""
+    _warm()
 
 
 def _warm() -> _Zygote | None:
@@ -151,8 +177,9 @@ def _collect(
             while selector.get_map():
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    if pid is not None:
-                        os.kill(pid, signal.SIGKILL)
+                    if pid is not None and status is None:  # once reaped, its pid is free
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
                     raise subprocess.TimeoutExpired(list(argv), timeout)
                 for key, _ in selector.select(left):
                     if key.fileobj is connection:
@@ -165,7 +192,9 @@ def _collect(
                             pid = answer["pid"]
                             if started is not None:
                                 started(pid)
-                        status = answer.get("status", status)
+                        if "status" in answer:
+                            status = answer["status"]
+                            selector.unregister(connection)  # then only its output is read
                     else:
                         fd = key.fd
                         chunk = os.read(fd, 1 << 16)

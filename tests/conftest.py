@@ -36,6 +36,7 @@ from hostkit._opening import Opening
 from hostkit.authority import AuthorityResolver, OperatorIssuer
 from hostkit.store import Migration, RuntimeStore
 from hostkit.types import PrincipalScope
+from tests.cli import warm_up
 from tests.parts import MARK as PART_MISSING
 from tests.parts import missing, part_of_skip, required_parts, skipped_summary
 from tests.postgres import (
@@ -196,6 +197,13 @@ def blockbuster() -> Iterator[BlockBuster]:
     """Fail any test in which hostkit makes a blocking call on the event loop thread."""
     with blockbuster_ctx("hostkit") as bb:
         yield bb
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_cli() -> None:
+    """Each worker's warm ``hostkit`` (tests/cli.py) starts before its first test, so no
+    test's timing counts the CLI's import."""
+    warm_up()
 
 
 @pytest.fixture(scope="session")

@@ -3,19 +3,46 @@ from the warm process reads exactly as one a fresh interpreter ran."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
+from tests import cli
 from tests.cli import run_cli
 
 CONFIG = (
     '[providers.test]\nkind = "scripted"\nscript = [{reply = "forked or not"}]\n'
     '[agents.assistant]\nprovider = "test"\nmemory = false\n'
 )
+
+
+def make_project(project: Path) -> Path:
+    project.mkdir(parents=True)
+    (project / "hostkit.toml").write_text(CONFIG)
+    return project
+
+
+def strip_ids(output: bytes) -> bytes:
+    """``output`` less the lines naming a turn's ids (they differ run to run)."""
+    return b"\n".join(
+        line
+        for line in output.splitlines()
+        if not any(word in line for word in (b"ses_", b"turn_"))
+    )
+
+
+def forked_commands() -> list[psutil.Process]:
+    """The commands this worker's warm process runs now (none of them other tests')."""
+    zygote = cli._zygote
+    assert zygote is not None
+    return psutil.Process(zygote.process.pid).children()
 
 
 def both(
@@ -93,3 +120,73 @@ def test_an_interpreter_setting_in_the_environment_starts_a_fresh_interpreter(
     done = run_cli("run", "hello", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout == b"d\\xe9j\\xe0\n"
+
+
+def test_a_command_ends_when_it_ends_whatever_runs_beside_it(tmp_path: Path) -> None:
+    """A command forked while another was running held that one's result connection open:
+    the first, long done, was waited for until the second ended (or its own timeout)."""
+    (tmp_path / "hostkit.toml").write_text(CONFIG)
+    pids: list[int] = []
+    first_started = threading.Event()
+    done: list[subprocess.CompletedProcess[bytes]] = []
+
+    def first() -> None:
+        done.append(
+            run_cli("doctor", cwd=tmp_path, timeout=60, started=lambda _: first_started.set())
+        )
+
+    def beside() -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            run_cli("serve", "--port", "0", cwd=tmp_path, timeout=90, started=pids.append)
+
+    running = threading.Thread(target=first)
+    running.start()
+    assert first_started.wait(30)
+    serving = threading.Thread(target=beside, daemon=True)
+    serving.start()
+    try:
+        running.join(45)
+        assert not running.is_alive(), "the first command was held by the one beside it"
+        assert done[0].returncode in (0, 1), done[0].stderr
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        serving.join(30)
+
+
+def test_what_the_cli_reads_as_it_loads_is_the_command_s_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rich's console is made as the CLI is imported: a warm process started under
+    ``COLUMNS=40`` wrapped every forked command's stderr at 40 columns, and one command's
+    ``FORCE_COLOR`` was ignored. Each now prints as a fresh process would."""
+    monkeypatch.setenv("COLUMNS", "40")
+    monkeypatch.setattr(cli, "_zygote", None)  # a warm process started under COLUMNS=40
+    try:
+        for extra in ({"COLUMNS": "200"}, {"COLUMNS": "200", "FORCE_COLOR": "1"}):
+            printed = []
+            for fork in ("1", "0"):
+                monkeypatch.setenv("HOSTKIT_TEST_FORK", fork)
+                project = make_project(tmp_path / f"{fork}-{len(extra)}")
+                ran = run_cli("run", "hello", cwd=project, env={**os.environ, **extra})
+                printed.append((ran.stdout, strip_ids(ran.stderr.replace(bytes(project), b"P"))))
+            assert printed[0] == printed[1]
+    finally:
+        zygote = cli._zygote
+        if zygote is not None:
+            with zygote.process as process:  # closes its pipes, waits for it
+                process.kill()
+
+
+def test_a_command_whose_deadline_passes_before_it_begins_is_killed(tmp_path: Path) -> None:
+    """The warm process's answer with the pid found its requester gone: it died of the
+    broken pipe, leaving the command running and every other command without a status."""
+    (tmp_path / "hostkit.toml").write_text(CONFIG)
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_cli("serve", "--port", "0", cwd=tmp_path, timeout=0.0001)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and forked_commands():
+        time.sleep(0.1)
+    assert forked_commands() == []
+    assert run_cli("--version", cwd=tmp_path).returncode == 0  # the warm process serves on

@@ -92,9 +92,9 @@ from hostkit.host._reload import (
     split_state,
     with_opened,
 )
-from hostkit.host._store import open_configured_store
+from hostkit.host._store import open_configured_store, upgrade_notices
 from hostkit.inbox import ChannelInbox, InboxWorker, Route
-from hostkit.store import InboxLimits, LeaseOwner, RuntimeStore, SchemaUpgrade
+from hostkit.store import InboxLimits, LeaseOwner, RuntimeStore
 from hostkit.telemetry import Tracing, open_tracing
 from hostkit.turns import Observer, PinnedCore, TurnExecution
 from hostkit.types import (
@@ -441,7 +441,7 @@ class Host(AsyncResource):
                 # refused here, before any turn, not as each of its agent's turns failing.
                 await anyio.to_thread.run_sync(check_provider_extras, resolved)
             warnings = (
-                *_upgraded(store.migration),
+                *upgrade_notices(store),
                 *await _prepare_workspaces(resolved),
                 *core_warnings,
                 *channel_warnings,
@@ -1233,20 +1233,6 @@ def _outside_agents(config: HostConfig) -> dict[str, object]:
         **config.model_dump(mode="json", exclude={"agents"}),
         "base_dir": str(config.base_dir),
     }
-
-
-def _upgraded(upgrade: SchemaUpgrade) -> tuple[str, ...]:
-    """The line (logged and returned) that tells the operator this open upgraded the
-    database's schema, and where the old database is kept: a listing upgrades it as
-    much as ``serve`` does, and one process a database is told (the others find it done).
-    """
-    if not 0 < upgrade.from_version < upgrade.to_version:
-        return ()  # current, or a database this open created
-    line = f"upgraded the database from schema v{upgrade.from_version} to v{upgrade.to_version}"
-    if upgrade.backup is not None:
-        line += f"; its old copy is {upgrade.backup}: delete it once this version runs well"
-    _log.warning("%s", line)
-    return (line,)
 
 
 async def _prepare_workspaces(config: HostConfig) -> tuple[str, ...]:

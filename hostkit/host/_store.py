@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import anyio
 
 from hostkit.errors import StoreError, bounded
@@ -11,8 +13,33 @@ from hostkit.store import RuntimeStore
 __all__ = ["open_configured_store", "store_exists"]
 
 
+_log = logging.getLogger("hostkit.host")
+
+
 async def open_configured_store(config: HostConfig) -> RuntimeStore:
-    """Open (creating or migrating) the configured store; the caller closes it."""
+    """Open (creating or migrating) the configured store; the caller closes it. An upgrade
+    of its schema is logged (``upgrade_notices``): every command that opens the database
+    may upgrade it, a listing as much as ``serve``."""
+    store = await _open(config)
+    for line in upgrade_notices(store):
+        _log.warning("%s", line)
+    return store
+
+
+def upgrade_notices(store: RuntimeStore) -> tuple[str, ...]:
+    """The line that tells the operator this open upgraded the database's schema, and
+    where the old database is kept (none when it was current or new). Only the process
+    that upgraded a database tells it: the others find it done."""
+    upgrade = store.migration
+    if not 0 < upgrade.from_version < upgrade.to_version:
+        return ()
+    line = f"upgraded the database from schema v{upgrade.from_version} to v{upgrade.to_version}"
+    if upgrade.backup is not None:
+        line += f"; its old copy is {upgrade.backup}: delete it once this version runs well"
+    return (line,)
+
+
+async def _open(config: HostConfig) -> RuntimeStore:
     if config.store.url is not None:
         return await RuntimeStore.open_postgres(
             config.store.url,

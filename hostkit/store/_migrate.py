@@ -43,6 +43,9 @@ _MIB = 1024 * 1024
 # freed. Twice the rewritten pages per step (an upper bound: a later step writing the same
 # pages again reuses their frames) held the measured peaks of a memory-heavy file.
 _REWRITE_COPIES = 2
+# Where the rewritten tables cannot be sized: the WAL of a whole rewrite and the growth of
+# the file by a copy of it.
+_UNSIZED_COPIES = 3
 # The steps that rewrite nothing (a new table, an index over few rows), and the Host's
 # first writes after the upgrade.
 _AFTER_BYTES = 16 * _MIB
@@ -162,15 +165,17 @@ def upgrade_room(database: Path, version: int, migrations: Sequence[Migration] =
 def _rewritten_bytes(database: Path, steps: Sequence[Migration], held: int) -> int:
     """The WAL and file growth of the ``steps``' rewrites: twice the pages each step
     declares (``Migration.rewrites``), at most the whole file per step. A name the file
-    does not hold yet is a table an earlier step creates, empty; where SQLite cannot size
-    them, each step counts the whole file."""
+    does not hold yet is a table an earlier step creates, empty. Where SQLite cannot size
+    them (the file locked in rollback-journal mode, say), the upgrade counts the whole
+    file rewritten once: a page written again in one transaction reuses its WAL frame, so
+    steps rewriting the same pages do not add up."""
     names = {name for step in steps for name in step.rewrites}
     if not names:
         return 0
     try:
         sizes = _btree_bytes(database, names)
     except sqlite3.Error:
-        sizes = dict.fromkeys(names, held)
+        return _UNSIZED_COPIES * held
     return sum(
         _REWRITE_COPIES * min(held, sum(sizes.get(name, 0) for name in step.rewrites))
         for step in steps

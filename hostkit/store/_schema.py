@@ -857,8 +857,9 @@ _V22_ATTACHMENT_RECLAIM = Migration(
                 ) named WHERE named.ref IS NOT NULL
             )""",
     ),
-    # A row per attachment, its key as in attachments' (principal_id, ref) index.
-    rewrites=("sqlite_autoindex_attachments_1",),
+    # A pending row per attachment, its key as in attachments' (principal_id, ref) index,
+    # and its added_at index entry: twice that index.
+    rewrites=("sqlite_autoindex_attachments_1", "sqlite_autoindex_attachments_1"),
 )
 
 _V23_MEMORY_PROVENANCE = Migration(
@@ -1058,8 +1059,10 @@ _V26_ATTACHMENT_REFS = Migration(
             SELECT RAISE(ABORT, 'attachment bytes a session references are kept');
         END""",
     ),
-    # Rows of attachments' keys, as in their (principal_id, ref) index.
-    rewrites=("sqlite_autoindex_attachments_1",),
+    # A reference row (and its session index entry) per stored message that names bytes:
+    # bounded by those messages, which hold each ref and session id; and a pending row per
+    # unnamed attachment's key.
+    rewrites=("messages", "sqlite_autoindex_attachments_1"),
 )
 
 MIGRATIONS: tuple[Migration, ...] = (

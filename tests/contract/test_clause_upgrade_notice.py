@@ -83,3 +83,18 @@ def test_a_listing_that_upgrades_prints_it_once(tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr
     assert b"upgraded" not in again.stderr
     assert again.stdout == first.stdout
+
+
+@pytest.mark.parametrize("command", [("mcp", "list"), ("inbox", "counts")])
+def test_a_command_that_opens_only_the_store_says_so_too(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """``hostkit mcp list`` opens the store without a Host: it upgraded silently."""
+    project(tmp_path)
+    done = run_cli(*command, cwd=tmp_path, env={**os.environ, "COLUMNS": "300"})
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.decode().splitlines() if "upgraded" in line]
+    assert said == [
+        f"warning: upgraded the database from schema v13 to v{SCHEMA_VERSION}; its old copy "
+        f"is {tmp_path / 'hostkit.db.v13.backup'}: delete it once this version runs well"
+    ]

@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from hostkit.store import MIGRATIONS, RuntimeStore, upgrade_room
+from hostkit.store import MIGRATIONS, RuntimeStore, _migrate, upgrade_room
 from tests.support import in_mount_namespace
 
 pytestmark = pytest.mark.anyio
@@ -82,6 +82,69 @@ async def test_the_room_asked_holds_the_upgrade_s_peak(tmp_path: Path, version: 
     asked = await anyio.to_thread.run_sync(upgrade_room, db, version)
     peak = await anyio.to_thread.run_sync(measured_peak, db, version)
     assert peak <= asked < 2 * peak
+
+
+async def shared_attachments(path: Path, attachments: int, sessions: int) -> None:
+    """A v25 database whose attachments are each named by a message in ``sessions``
+    sessions: v26 writes a reference row (and an index entry) per message."""
+    async with await RuntimeStore.open(path, migrations=MIGRATIONS[:25]):
+        pass
+
+    def fill() -> None:
+        many = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+            conn.execute("BEGIN")
+            conn.execute(
+                many + "INSERT INTO attachments (principal_id, ref, media_type, size, data, "
+                "created_at) SELECT 'principal-1', lower(hex(randomblob(32))), 'text/plain', "
+                "1, x'00', '2026-01-01T00:00:00.000Z' FROM n",
+                (attachments,),
+            )
+            conn.execute(
+                many + "INSERT INTO sessions (session_id, created_at) "
+                "SELECT printf('ses_%028d', i), 'x' FROM n",
+                (sessions,),
+            )
+            conn.execute(
+                "INSERT INTO messages (message_id, session_id, seq, role, content, created_at) "
+                "SELECT printf('msg_%d_%d', a.id, s.id), s.session_id, a.id, 'user', "
+                "json_object('text', 'see', 'attachments', json_array(json_object('ref', a.ref))),"
+                " 'x' FROM attachments a, sessions s"
+            )
+            conn.execute("COMMIT")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    await anyio.to_thread.run_sync(fill)
+
+
+@pytest.mark.sqlite_only("the SQLite file, its WAL and the free space beside them")
+async def test_the_room_asked_holds_the_peak_of_writing_attachment_references(
+    tmp_path: Path,
+) -> None:
+    """v26 writes a reference per message naming bytes: sized by those messages, not by
+    the attachments' key index alone (asked 80 MiB where the peak was 154 MiB)."""
+    db = tmp_path / "hostkit.db"
+    await shared_attachments(db, 24_000, 5)
+    asked = await anyio.to_thread.run_sync(upgrade_room, db, 25)
+    peak = await anyio.to_thread.run_sync(measured_peak, db, 25)
+    assert peak <= asked < 2 * peak
+
+
+@pytest.mark.sqlite_only("the SQLite file and the free space beside it")
+async def test_tables_that_cannot_be_sized_count_the_file_rewritten_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where dbstat cannot read the file (a rollback-journal writer's lock), each of the
+    22 steps from v1 counted twice the file: twenty times the database was asked for."""
+    db = tmp_path / "hostkit.db"
+    size = await memory_heavy(db, 22)
+
+    def locked(database: Path, names: set[str]) -> dict[str, int]:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(_migrate, "_btree_bytes", locked)
+    asked = await anyio.to_thread.run_sync(upgrade_room, db, 1)
+    assert size + 3 * size <= asked <= size + 3 * size + 16 * MB
 
 
 @pytest.mark.sqlite_only("the SQLite file and the free space beside it")

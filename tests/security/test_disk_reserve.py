@@ -55,6 +55,14 @@ def free_bytes(path: Path) -> int:
     return stats.f_bavail * stats.f_frsize
 
 
+def beyond_the_disk(path: Path) -> int:
+    """A reserve the disk of ``path`` can never keep free, whatever other processes free
+    meanwhile: more than its whole size (free space plus a margin was met once a parallel
+    test deleted more than the margin)."""
+    stats = os.statvfs(path)
+    return stats.f_blocks * stats.f_frsize + 1
+
+
 async def runs_with_reserve(tmp_path: Path, reserve: int) -> AsyncIterator[TerminalRuns]:
     workspace = tmp_path / "ws"
     await anyio.Path(workspace).mkdir(exist_ok=True)
@@ -162,7 +170,7 @@ def test_a_run_whose_output_would_take_the_reserve_ends_failed(
 
 
 async def test_no_run_starts_while_the_disk_is_below_the_reserve(tmp_path: Path) -> None:
-    reserve = await anyio.to_thread.run_sync(free_bytes, tmp_path) + 1024 * MB
+    reserve = await anyio.to_thread.run_sync(beyond_the_disk, tmp_path)
     async for runs in runs_with_reserve(tmp_path, reserve):
         outcome = await run(runs, ["true"])
     assert (outcome.status, outcome.output) == ("denied", None)
@@ -278,7 +286,7 @@ async def test_the_file_reserve_applies_where_the_host_state_lives_not_on_a_disk
     system; the reserve keeps back room for the Host's state where that lives."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    reserve = await anyio.to_thread.run_sync(free_bytes, tmp_path) + 1024 * MB
+    reserve = await anyio.to_thread.run_sync(beyond_the_disk, tmp_path)
     beside = WorkspaceScope(workspace, min_free_bytes=reserve, protected=[tmp_path / "db"])
     with pytest.raises(WorkspaceError, match="keeps free"):
         await beside.write("a.md", "x")
