@@ -16,9 +16,11 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import closing
 from pathlib import Path
+from typing import NamedTuple
 
 import anyio
 import pytest
@@ -70,15 +72,24 @@ async def read_until(fd: int, wanted: bytes, seen: bytearray, timeout_s: float =
             seen.extend(chunk)
 
 
+class Interrupted(NamedTuple):
+    """How a command sent Ctrl-C ended: its status, all it wrote, and the seconds from
+    the SIGINT to its exit (its start-up, however slow, is not counted)."""
+
+    code: int | None
+    text: str
+    took: float
+
+
 async def ctrl_c_hostkit(
     argv: Sequence[str],
     cwd: Path,
     ready: Callable[[int, bytearray], Awaitable[None]],
     *,
     term: str = "dumb",
-) -> tuple[int | None, str]:
+) -> Interrupted:
     """``hostkit ARGV`` on a pseudo-terminal, sent SIGINT (what Ctrl-C sends) once
-    ``ready(terminal, seen)`` returns: its exit status and all it wrote."""
+    ``ready(terminal, seen)`` returns."""
     leader, follower = pty.openpty()
     env = {**os.environ, "COLUMNS": "200", "TERM": term, "NO_COLOR": "1"}
     process = subprocess.Popen(  # noqa: ASYNC220 (a pty needs Popen's file descriptors)
@@ -93,11 +104,13 @@ async def ctrl_c_hostkit(
     seen = bytearray()
     try:
         await ready(leader, seen)
+        interrupted = time.monotonic()
         process.send_signal(signal.SIGINT)
         with anyio.fail_after(30):
             while process.poll() is None:
                 with anyio.move_on_after(0.1):
                     await read_until(leader, b"\x00", seen)
+        took = time.monotonic() - interrupted
         with anyio.move_on_after(0.5):
             await read_until(leader, b"\x00", seen)  # what was written last
     finally:
@@ -105,7 +118,8 @@ async def ctrl_c_hostkit(
             process.kill()
         process.wait()
         os.close(leader)
-    return process.returncode, seen.decode(errors="replace").replace("\r\n", "\n")
+    text = seen.decode(errors="replace").replace("\r\n", "\n")
+    return Interrupted(process.returncode, text, took)
 
 
 async def test_ctrl_c_at_the_prompt_leaves_the_approval_pending_and_says_how_to_answer(
@@ -117,7 +131,7 @@ async def test_ctrl_c_at_the_prompt_leaves_the_approval_pending_and_says_how_to_
         await read_until(terminal, PROMPT, seen)
         assert PROMPT in seen, seen.decode(errors="replace")
 
-    _, text = await ctrl_c_hostkit(
+    _, text, _ = await ctrl_c_hostkit(
         ["run", "--agent", "writer", "write out.md"], project, at_the_prompt
     )
     rows = pending_rows(project / "state" / "hostkit.db")
@@ -254,7 +268,9 @@ async def test_ctrl_c_while_the_model_answers_says_the_turn_stopped_and_where_to
                 with anyio.move_on_after(0.05):
                     await read_until(terminal, b"\x00", seen)
 
-    code, text = await ctrl_c_hostkit(["run", "--agent", "writer", "hello"], project, model_called)
+    code, text, _ = await ctrl_c_hostkit(
+        ["run", "--agent", "writer", "hello"], project, model_called
+    )
     assert code == 130, text
     line = "interrupted: the turn stopped and was recorded as it ended; `hostkit sessions` shows it"
     assert text.count(line) == 1, text
@@ -283,7 +299,7 @@ async def test_ctrl_c_before_the_turn_started_says_nothing_was_recorded(
         async def waiting_for_the_session(terminal: int, seen: bytearray) -> None:
             await read_until(terminal, b"another turn runs in it", seen)
 
-        code, text = await ctrl_c_hostkit(
+        code, text, _ = await ctrl_c_hostkit(
             ["run", "--agent", "writer", "second"], project, waiting_for_the_session, term="xterm"
         )
     finally:
@@ -308,7 +324,7 @@ async def test_ctrl_c_in_the_demo_says_it_stopped_and_where_its_record_is(
         assert PROMPT in seen, seen.decode(errors="replace")
 
     directory = tmp_path / "demo"
-    code, text = await ctrl_c_hostkit(
+    code, text, _ = await ctrl_c_hostkit(
         ["demo", "--directory", str(directory)], tmp_path, at_the_prompt
     )
     assert code == 130, text
@@ -334,7 +350,7 @@ async def test_ctrl_c_while_an_approvals_continuation_runs_says_where_it_was_lef
                 with anyio.move_on_after(0.05):
                     await read_until(terminal, b"\x00", seen)
 
-    code, text = await ctrl_c_hostkit(
+    code, text, _ = await ctrl_c_hostkit(
         ["approvals", "approve", approval_id], project, continuation_called
     )
     assert code == 130, text

@@ -38,7 +38,7 @@ async def test_promote_shows_its_gates_running_and_ctrl_c_says_where_to_look(
         assert "running the gates of HEAD (the core's own tests last)" in text, text
 
     argv = ["core", "promote", CORE, "--reason", "slow"]
-    code, text = await ctrl_c_hostkit(argv, tmp_path, gates_running, term="xterm")
+    code, text, _ = await ctrl_c_hostkit(argv, tmp_path, gates_running, term="xterm")
     assert code == 130, text
     assert f"interrupted: `hostkit core status` shows which revision of {CORE} is live" in text
     assert live(core) is None  # its gates never finished: nothing moved

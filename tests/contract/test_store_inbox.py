@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -371,10 +372,12 @@ async def test_racing_accepts_of_one_conversation_are_claimed_one_at_a_time_in_o
     insert: without taking turns, the later message committed first and a claim took it
     before (and then beside) the earlier one. SQLite's one writer orders them anyway."""
     real = inbox_rows.accept_rows
+    m1_inserted = threading.Event()
 
     def slow_first(conn: Any, batch: Any, *rest: Any) -> Any:
         receipts = real(conn, batch, *rest)
         if any(params[2] == "m1" for _, params in batch):
+            m1_inserted.set()  # its rows are in, its transaction still open
             time.sleep(1.0)  # still inside the accept's transaction: a slow commit
         return receipts
 
@@ -397,7 +400,8 @@ async def test_racing_accepts_of_one_conversation_are_claimed_one_at_a_time_in_o
             group.start_soon(
                 functools.partial(one.inbox.accept, [envelope("m1", **chat)], None, now=NOW)
             )
-            await anyio.sleep(0.3)
+            # m2 races only once m1 is inside its transaction, however late m1's thread ran.
+            assert await anyio.to_thread.run_sync(m1_inserted.wait, 60.0)
             await two.inbox.accept([envelope("m2", **chat)], None, now=NOW)
             first = await claim(two)
         second = await claim(one)

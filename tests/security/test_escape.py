@@ -39,6 +39,9 @@ pytestmark = pytest.mark.anyio
 KEY = b"escape-test-artifact-key-32bytes"
 PY3 = "/usr/bin/python3"  # a system interpreter: the sandbox shows no virtualenv
 WAIT_S = 20.0
+# Starting Python, importing hostkit and opening a Host: setup, not what a test is about,
+# and slow on a loaded machine.
+SETUP_S = 120.0
 
 # argv: MARKER then "exit" (the root ends at once) or "stay" (it sleeps).
 SETSID_ORPHAN = """
@@ -250,6 +253,7 @@ async def main(tmp, sandbox, argv):
     model = ScriptedModel([CallTools(("terminal_run", {"argv": argv, "background": True})),
                            Reply("started")])
     host = await Host.open(config, capabilities=capabilities(model, config=config))
+    await anyio.Path(tmp, "host-open").touch()  # the test's setup ends here
     result = await host.run_turn("assistant", "start it")
     print("started", result, flush=True)
     await anyio.sleep(600)
@@ -278,7 +282,11 @@ async def test_nothing_survives_a_host_killed_with_sigkill(
         )
     async with child:
         try:
-            with anyio.fail_after(WAIT_S):
+            with anyio.fail_after(SETUP_S):
+                while not await anyio.Path(tmp_path / "host-open").exists():
+                    assert child.returncode is None, await anyio.Path(log).read_text()
+                    await anyio.sleep(0.05)
+            with anyio.fail_after(WAIT_S):  # from the open Host: its turn starts the escape
                 while True:
                     assert child.returncode is None, await anyio.Path(log).read_text()
                     if len(await anyio.to_thread.run_sync(marked, marker)) >= lingering:
