@@ -63,6 +63,11 @@ def serve(path: str) -> None:
             else:
                 connection, _ = listener.accept()
                 message, fds, _, _ = socket.recv_fds(connection, MAX_REQUEST, 2)
+                if len(fds) != 2 or not message:  # a requester gone before it asked
+                    for fd in fds:
+                        os.close(fd)
+                    connection.close()
+                    continue
                 request = json.loads(message)
                 pid = os.fork()
                 if pid == 0:
