@@ -110,6 +110,9 @@ def _warm() -> _Zygote | None:
         return None
     with _started:
         if _failed is None and (_zygote is None or _zygote.process.poll() is not None):
+            if _zygote is not None:  # it ended (killed, say): its pipes go with it
+                with _zygote.process:
+                    pass
             try:
                 _zygote = _Zygote()
             except (OSError, RuntimeError) as exc:
