@@ -10,7 +10,7 @@ from hostkit.errors import StoreError, bounded
 from hostkit.host._config import HostConfig
 from hostkit.store import RuntimeStore
 
-__all__ = ["open_configured_store", "store_exists"]
+__all__ = ["open_configured_store", "store_exists", "upgrade_notices"]
 
 
 _log = logging.getLogger("hostkit.host")
