@@ -139,6 +139,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             missing(part, reason)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C is answered as from a terminal, however the run was started. A shell starts
+    a background job of a script (``make test &``) with SIGINT ignored, every process it
+    starts inherits that, and Python keeps an ignored SIGINT ignored: the tests that press
+    Ctrl-C in a command they start saw it ignored (and hostkit, by design, keeps a SIGINT
+    it was started ignoring ignored, as ``nohup`` asks)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     required = sorted(required_parts())
     return (
