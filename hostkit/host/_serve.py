@@ -51,7 +51,7 @@ from hostkit.host._config_channels import ChannelConfig
 from hostkit.host._defaults import channel_secret
 from hostkit.host._reload import ConfigWatcher, ReloadOutcome
 from hostkit.host._serve_http import DrainGate, WebhookServer, bind_listener
-from hostkit.inbox import RetentionSweeper, TurnsEnded
+from hostkit.inbox import RetentionSweeper, TurnsEnded, outage_checks
 from hostkit.types import is_seconds, is_text
 
 if TYPE_CHECKING:
@@ -339,12 +339,16 @@ class HostDaemon(Background):
         return None if self.supervisor is None else self.supervisor.time_left()
 
     def _readiness(self) -> tuple[bool, Mapping[str, Any]]:
-        """Ready while every daemon runs. Failing turns are said in ``checks["turns"]``
-        but leave it ready: a provider outage fails every Host alike, and taking them
-        all out of rotation would refuse the messages they still store for later."""
+        """Ready while every daemon runs. Failing turns are said in ``checks["turns"]``,
+        agents whose provider is unreachable in ``checks["providers"]``, but leave it
+        ready: a provider outage fails every Host alike, and taking them all out of
+        rotation would refuse the messages they still store for later."""
         checks: dict[str, Any] = {d.name: d.state for d in self.statuses()}
         if (turns := self.worker.turns.snapshot().check()) is not None:
             checks["turns"] = turns
+        # An agent's provider found unreachable: its messages wait (the same reasoning).
+        if outages := self.worker.outages.views():
+            checks["providers"] = outage_checks(outages, self.worker.inbox.now())
         return self.ready, checks
 
     # -- control ----------------------------------------------------------------------

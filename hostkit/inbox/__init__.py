@@ -8,6 +8,7 @@ in-memory one (``ChannelInbox.in_memory``).
 """
 
 from hostkit.inbox._inbox import FRONT_END_CHANNELS, RESERVED_INBOUND_CHANNELS, ChannelInbox
+from hostkit.inbox._outage import OutageView, ProviderOutages, outage_checks
 from hostkit.inbox._policy import DEDUP_HORIZON_S, RetentionPolicy, RetryPolicy
 from hostkit.inbox._retention import RetentionSweeper
 from hostkit.inbox._tally import TurnsEnded
@@ -28,6 +29,8 @@ __all__ = [
     "ChannelInbox",
     "FindTurn",
     "InboxWorker",
+    "OutageView",
+    "ProviderOutages",
     "ReplyRoute",
     "RetentionPolicy",
     "RetentionSweeper",
@@ -37,4 +40,5 @@ __all__ = [
     "RunTurn",
     "TellUnread",
     "TurnsEnded",
+    "outage_checks",
 ]

@@ -342,6 +342,23 @@ class ChannelInbox:
         self._forget(claimed)
         return deferred
 
+    def outwaits(self, claimed: ClaimedInbound) -> bool:
+        """Whether ``claimed``, whose agent's provider is unreachable, may still be
+        deferred for it (``postpone``): for ``policy.provider_wait_s`` after it was received."""
+        return self._clock() < claimed.envelope.received_at + self.policy.provider_wait_s
+
+    async def postpone(self, claimed: ClaimedInbound, *, until: float) -> bool:
+        """Give a claim back unfinished, the attempt not spent, due again at ``until``
+        (a provider outage's next probe), held to the policy's base and longest delay."""
+        _check_claim(claimed)
+        now = self._clock()
+        wait = min(max(until - now, self.policy.base_delay_s), self.policy.max_delay_s)
+        deferred = await self._store.release(
+            claimed.inbound_id, claimed.claim_token, now=now, due_at=now + wait
+        )
+        self._forget(claimed)
+        return deferred
+
     async def release_all(self) -> int:
         """Release every claim this inbox still holds (worker shutdown); how many were."""
         return await uninterrupted(self._release_held())

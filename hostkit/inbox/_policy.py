@@ -51,6 +51,12 @@ class RetryPolicy:
     spending an attempt; a turn ends within its deadline (the worker's default
     is an hour), so past this wait a turn that never ends counts against the
     attempts like any other transient failure.
+
+    ``provider_wait_s``: how long after it was received an inbound whose agent's
+    model provider is unreachable (``ProviderOutages``) is deferred without
+    spending an attempt, the outage backing off from ``base_delay_s`` to
+    ``max_delay_s`` between probes; past this wait it runs like any other message,
+    and fails with the Host's notice if the provider is still down.
     """
 
     max_attempts: int = 5
@@ -59,6 +65,7 @@ class RetryPolicy:
     jitter: float = 0.5
     lease_s: float = 60.0
     turn_wait_s: float = 7_200.0
+    provider_wait_s: float = 3_600.0
 
     def __post_init__(self) -> None:
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
@@ -71,6 +78,7 @@ class RetryPolicy:
         if _positive("lease_s", self.lease_s, high) < low:
             raise InvalidValue(f"lease_s must be at least {low:g} second")
         _positive("turn_wait_s", self.turn_wait_s, _MAX_DELAY_S)
+        _positive("provider_wait_s", self.provider_wait_s, _MAX_DELAY_S)
         if self.max_delay_s < self.base_delay_s:
             raise InvalidValue("max_delay_s must not be below base_delay_s")
         if (

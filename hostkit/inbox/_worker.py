@@ -8,7 +8,8 @@ build the ``TurnRequest`` from the envelope's *authenticated* fields only
 ``metadata``) with the inbound's stable ``turn_request_id`` and the reply
 route the caller derives (where the answer is delivered: no authority);
 durably
-reserve that id (``reserve_turn``); run the turn while a keepalive renews
+reserve that id (``reserve_turn``), unless its agent's provider is known to be
+unreachable (then it is deferred, ``ProviderOutages``); run the turn while a keepalive renews
 the claim every third of its lease; record the result (``complete``) or
 the typed failure (``fail``).
 
@@ -53,6 +54,7 @@ from hostkit.errors import (
     bounded,
 )
 from hostkit.inbox._inbox import ChannelInbox
+from hostkit.inbox._outage import ProviderOutages, Verdict
 from hostkit.inbox._outcomes import (
     failure_of,
     needs_no_turn,
@@ -146,6 +148,12 @@ class InboxWorker(Background):
     will not be answered, rather than the next message being answered as if it
     had never been sent. ``store_health`` hears of each claim's outcome (a serve's
     readiness reads it).
+
+    ``outages`` (``ProviderOutages``) holds, per agent, the breaker a turn
+    that found its provider unreachable opens (``TurnResult.provider_unavailable``):
+    that agent's inbounds are then deferred, their attempt not spent, one probe
+    at a time, for up to ``RetryPolicy.provider_wait_s`` after each was received,
+    instead of each failing into the same outage.
     """
 
     def __init__(
@@ -223,6 +231,8 @@ class InboxWorker(Background):
         self._handled = 0
         # How this worker's turns ended (a serve's status line and readiness show it).
         self.turns = TurnTally()
+        # The agents whose provider is unreachable: their inbounds wait (readiness shows it).
+        self.outages = ProviderOutages(inbox.policy)
 
     # -- observation ------------------------------------------------------------------
 
@@ -487,6 +497,38 @@ class InboxWorker(Background):
         except Exception as exc:
             await self._fail(claimed, failure_of(exc) if isinstance(exc, HostkitError) else None)
             return
+        agent = request.core_id
+        due, probe = self.outages.admit(agent, self._clock())
+        if due is not None and (self._winding_down or self.inbox.outwaits(claimed)):
+            # The agent's provider is unreachable: wait it out, the attempt not spent
+            # (winding down, the claim is released instead). Past the wait, it runs.
+            if not self._winding_down:
+                await self._wait_out(claimed, agent, due)
+            return
+        owed = probe  # a probe owes its breaker a verdict, whatever ends it
+
+        def ended(result: TurnResult | None) -> None:
+            nonlocal owed
+            reason = "no reason recorded" if result is None else result.error or ""
+            verdict = _verdict(result)
+            self.outages.ended(agent, self._clock(), verdict, probe=owed, reason=reason)
+            owed = False
+
+        try:
+            await self._answer(claimed, request, ended)
+        finally:
+            if owed:
+                ended(None)
+
+    async def _answer(
+        self,
+        claimed: ClaimedInbound,
+        request: TurnRequest,
+        ended: Callable[[TurnResult | None], None],
+    ) -> None:
+        """Reserve the request id, run the turn, record how it ended. ``ended`` hears of
+        the turn's result before the inbound's end is recorded: the breaker it opens
+        defers the next claims, not only those after this one's record."""
         reserved_before = claimed.turn_reserved
         try:
             with anyio.fail_after(self._op_timeout_s):
@@ -504,6 +546,7 @@ class InboxWorker(Background):
             self._lost(claimed, "while its turn ran")
             return
         self._count(result, error)
+        ended(result)
         if result is not None:
             if result.outcome not in ("completed", "needs_user", "cancelled"):
                 # The message is answered (the sender gets the Host's notice), yet an
@@ -520,6 +563,17 @@ class InboxWorker(Background):
         else:
             assert error is not None
             await self._failed(claimed, error)
+
+    async def _wait_out(self, claimed: ClaimedInbound, agent: str, due: float) -> None:
+        """Defer an inbound of an agent whose provider is unreachable until ``due``."""
+        deferred = await self._settle(
+            claimed, "defer", lambda: self.inbox.postpone(claimed, until=due)
+        )
+        if deferred:
+            self.outages.waited(agent)
+            _log.debug(
+                "inbound %s deferred: agent %s's provider is unreachable", claimed.inbound_id, agent
+            )
 
     def _count(self, result: TurnResult | None, error: BaseException | None) -> None:
         """Tally how a turn ended (``turns``): answered, or not (failed, lost, cut off or
@@ -745,6 +799,15 @@ class InboxWorker(Background):
     def _lost(self, claimed: ClaimedInbound, when: str) -> None:
         self._claims.pop(claimed.inbound_id, None)
         _log.warning("inbound %s: the claim was lost %s", claimed.inbound_id, when)
+
+
+def _verdict(result: TurnResult | None) -> Verdict:
+    """What a turn's end tells its agent's outage breaker."""
+    if result is None:
+        return None
+    if result.provider_unavailable is not None:
+        return "unavailable"
+    return "reached" if result.outcome in ("completed", "needs_user") else None
 
 
 def _text(exc: BaseException) -> str:

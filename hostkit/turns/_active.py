@@ -15,6 +15,7 @@ from hostkit.turns._core import PinnedCore
 from hostkit.types import (
     EffectSummary,
     PrincipalScope,
+    ProviderUnavailable,
     TokenKind,
     ToolCall,
     TurnCanceller,
@@ -94,6 +95,10 @@ class ActiveTurn:
     author: AuthorTurn | None = None
     # The pinned instructions plus what the bootstrap slot added (None: the pinned ones).
     instructions: str | None = None
+    # Model responses received so far: none, and no effect, means nothing happened yet.
+    responses: int = 0
+    # The turn failed as its provider could not be reached (TurnResult.provider_unavailable).
+    provider_unavailable: ProviderUnavailable | None = None
 
     def stop(self, reason: str, by: TurnCanceller) -> None:
         """Cancel the turn's work with ``reason`` (the first reason and canceller win)."""

@@ -479,6 +479,11 @@ class TurnExecution:
                         outcome, error = "needs_user", paused
             except ProviderError as exc:
                 outcome, error = "failed", f"provider failed: {exc.message}"
+                if exc.retryable:
+                    # Unreachable after the adapter's retries (no response arrived): typed,
+                    # so an inbox worker can wait the outage out without reading the text.
+                    untouched = not active.responses and not active.effects
+                    active.provider_unavailable = "before_output" if untouched else "after_output"
             except SlotFailed as exc:
                 self._emit(context, "slot_runtime.failed", {"slot": exc.slot, "error": exc.message})
                 outcome, error = "failed", exc.message
@@ -554,6 +559,7 @@ class TurnExecution:
             if isinstance(answered, str):
                 return "failed", answered
             prepared, response = answered
+            active.responses += 1
             # Ids the Host would not keep (one holding a secret) are replaced before any
             # record, event or span repeats them.
             response = accepted(response, active.redactor)
@@ -1144,6 +1150,7 @@ class TurnExecution:
             pending_approval=active.pending_approval if outcome == "needs_user" else None,
             truncated=outcome == "completed" and _hit_output_limit(active.final),
             cancelled_by=active.cancelled_by if outcome in _CANCELLED else None,
+            provider_unavailable=active.provider_unavailable if outcome == "failed" else None,
         )
         seq, proposed = active.take_seq(), result
 

@@ -25,6 +25,7 @@ __all__ = [
     "Attachment",
     "EffectSummary",
     "FreshSession",
+    "ProviderUnavailable",
     "ResumeSession",
     "SessionSelector",
     "TurnCancelResult",
@@ -41,6 +42,11 @@ TurnOutcome = Literal["completed", "needs_user", "failed", "cancelled", "lost", 
 # the turn (Ctrl-C, an inbox worker's deadline or shutdown); ``host`` is the Host
 # shutting down. Only ``user`` means a person decided the turn should not finish.
 TurnCanceller = Literal["user", "caller", "host"]
+# A turn failed because its model provider could not be reached (a retryable
+# ProviderError after the adapter's own retries): ``before_output`` when it failed
+# before the model answered anything and before any effect ran (only the user's
+# message was recorded), ``after_output`` when it failed later in the turn.
+ProviderUnavailable = Literal["before_output", "after_output"]
 MAX_INPUT_CHARS = 100_000
 # A turn's injected context is kept with it (its admission records it whole), so that the
 # continuation of an approval it pauses on sends it again: bounded in entries and in total.
@@ -241,6 +247,10 @@ class TurnResult:
     output: Any = None
     # A turn ended ``cancelled`` or ``indeterminate`` by a cancellation: who stopped it.
     cancelled_by: TurnCanceller | None = None
+    # A failed turn whose provider could not be reached: when in the turn (an inbox
+    # worker waits out the outage for the messages behind it; a typed fact, never the
+    # error text).
+    provider_unavailable: ProviderUnavailable | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "effects", tuple(self.effects))
@@ -290,6 +300,11 @@ class TurnResult:
             "pending_approval": self.pending_approval,
             "truncated": self.truncated,
             **({} if self.cancelled_by is None else {"cancelled_by": self.cancelled_by}),
+            **(
+                {}
+                if self.provider_unavailable is None
+                else {"provider_unavailable": self.provider_unavailable}
+            ),
             **({} if self.output is None else {"output": thaw(self.output)}),
         }
 

@@ -476,14 +476,18 @@ def _outbox_rows(conn: Any) -> None:
 
 
 class OutageModel:
-    """Fails every call like a provider in an outage (HTTP 529) while ``down``, else echoes."""
+    """Fails every call like a provider in an outage (HTTP 529) while ``down``, else echoes;
+    ``retryable``: as one that could not be reached after the adapter's retries."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, retryable: bool = False) -> None:
         self.down = True
+        self.retryable = retryable
 
     async def __call__(self, request: ModelRequest) -> Reply:
         if self.down:
-            raise ProviderError("HTTP 529: overloaded", provider="test", status=529)
+            raise ProviderError(
+                "HTTP 529: overloaded", provider="test", status=529, retryable=self.retryable
+            )
         return Reply("echo: back")
 
 
@@ -534,3 +538,38 @@ async def test_a_provider_outage_shows_in_the_status_and_readiness_but_keeps_it_
             ready = await client.get("/readyz")
             assert ready.status_code == 200
             assert ready.json()["checks"]["turns"].startswith("answering: 3 of the last 4 turns")
+
+
+async def test_an_unreachable_provider_defers_the_backlog_and_shows_in_readiness(
+    tmp_path: Path,
+) -> None:
+    """A provider that cannot be reached (a retryable failure after the adapter's retries):
+    the message that found it ends with the notice, the one behind it waits unspent while
+    /readyz names the agent under ``checks["providers"]`` and stays 200; once the provider
+    is back the waiting message is answered and the check goes."""
+    model = OutageModel(retryable=True)
+    async with serving(tmp_path, model) as (host, daemon, _):
+        assert daemon.url is not None
+        async with httpx.AsyncClient(base_url=daemon.url, timeout=10) as client:
+            body, headers = _signed("evt-first", "hello")
+            first = (await client.post("/channels/hooks", content=body, headers=headers)).json()
+            await _state(host, first["inbound_id"], "completed")
+            body, headers = _signed("evt-waits", "hello")
+            waits = (await client.post("/channels/hooks", content=body, headers=headers)).json()
+            with anyio.fail_after(10):
+                while True:
+                    record = await host.inbox.record(waits["inbound_id"])
+                    assert record is not None
+                    # Deferred: given back (a claim's due time is its lease's end).
+                    if record.state == "ready" and (record.due_at or 0.0) > time.time():
+                        break
+                    await anyio.sleep(0.02)
+            assert (record.state, record.attempt) == ("ready", 0)
+            ready = await client.get("/readyz")
+            assert (ready.status_code, ready.json()["status"]) == (200, "ready")
+            check = ready.json()["checks"]["providers"]["assistant"]
+            assert check.startswith("model provider unreachable for "), check
+            assert check.endswith("provider failed: test: HTTP 529: overloaded"), check
+            model.down = False
+            await _state(host, waits["inbound_id"], "completed")
+            assert "providers" not in (await client.get("/readyz")).json()["checks"]

@@ -13,7 +13,7 @@ import json
 import math
 import socket
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -154,11 +154,14 @@ class WireServer:
     """The scripted app: replies are served in order and every request is recorded.
 
     ``holding`` is set once a ``hold`` reply has sent what it had, and
-    ``released`` once its client has disconnected.
+    ``released`` once its client has disconnected. ``respond``, when set,
+    answers each request once the script is spent (a model that is down for a
+    while, then back), instead of ``UNSCRIPTED_STATUS``.
     """
 
     def __init__(self) -> None:
         self.requests: list[Seen] = []
+        self.respond: Callable[[Seen], Reply] | None = None
         self.base_url = ""
         self.holding = anyio.Event()
         self.released = anyio.Event()
@@ -180,9 +183,10 @@ class WireServer:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = raw
-        self.requests.append(
-            Seen(request.method, request.url.path, dict(request.headers.items()), body)
-        )
+        seen = Seen(request.method, request.url.path, dict(request.headers.items()), body)
+        self.requests.append(seen)
+        if not self._replies and self.respond is not None:
+            return _Scripted(self.respond(seen), self)
         if not self._replies:
             return _Scripted(
                 json_reply({"error": "no scripted reply"}, status=UNSCRIPTED_STATUS), self

@@ -1,0 +1,469 @@
+"""Clause: a provider outage defers the inbox backlog; it does not fail every queued message.
+
+A turn that fails because its model provider could not be reached (a
+retryable ``ProviderError`` after the adapter's retries) says so as a typed
+fact, ``TurnResult.provider_unavailable`` (``before_output`` when nothing but
+the user's message was recorded). The worker then opens that agent's breaker
+(``ProviderOutages``): its inbounds are deferred, their attempts not spent,
+with bounded exponential backoff; one probe at a time goes through when the
+backoff ends, and a turn the model answers closes it. Deferral ends
+``provider_wait_s`` after a message was received: past it, the message runs
+like any other. Other agents are served meanwhile. The turn that found the
+outage (and a probe that finds it still there) ends with the Host's notice,
+as before: its request id is spent on a recorded failed turn.
+
+The end-to-end test runs a real Host against a loopback OpenAI-compatible
+server that answers 503 while down; the breaker's own rules run a worker
+over the in-memory inbox on a clock the test moves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hostkit.adapters.openai_chat import OpenAIChatProvider
+from hostkit.adapters.scripted import CallTools, Fail, Reply, ScriptedModel
+from hostkit.effects import AuthoredTool
+from hostkit.errors import InvalidValue, ProviderError
+from hostkit.host import Host
+from hostkit.inbox import ChannelInbox, InboxWorker, ProviderOutages, RetryPolicy, outage_checks
+from hostkit.providers import RetryPolicy as ProviderRetries
+from hostkit.types import (
+    ConversationFacts,
+    InboundEnvelope,
+    InboundRecord,
+    TurnRequest,
+    TurnResult,
+    new_id,
+)
+from tests.hosts import open_host
+from tests.wire import Seen, WireServer, serve_wire
+from tests.wire import openai_chat as wire_openai
+from tests.wire.scenario import Answer
+
+pytestmark = pytest.mark.anyio
+
+DOWN_CHANNEL = "telegram.support"
+OTHER_CHANNEL = "telegram.sales"
+_events = iter(range(1, 1_000_000))
+
+
+def envelope(text: str, *, channel: str = DOWN_CHANNEL, received_at: float) -> InboundEnvelope:
+    event = next(_events)
+    return InboundEnvelope(
+        channel_instance_id=channel,
+        platform_event_key=f"update-{event}",
+        conversation_key=f"chat-{event}",
+        principal_key="alice",
+        authenticated_by="bot_token",
+        received_at=received_at,
+        payload=text,
+    )
+
+
+async def records(inbox: ChannelInbox, ids: list[str]) -> list[InboundRecord]:
+    found = [await inbox.record(inbound_id) for inbound_id in ids]
+    assert all(record is not None for record in found)
+    return [record for record in found if record is not None]
+
+
+async def until(check: Callable[[], Any], *, timeout_s: float = 20.0) -> None:
+    with anyio.fail_after(timeout_s):
+        while not await check():  # noqa: ASYNC110 (rows change in the store)
+            await anyio.sleep(0.02)
+
+
+async def turn_status(host: Host, turn_id: str | None) -> str:
+    rows = await host.store.read(
+        lambda c: c.execute("SELECT status FROM turns WHERE turn_id = ?", [turn_id]).fetchall()
+    )
+    return str(rows[0][0])
+
+
+# -- end to end: a real Host, a loopback provider that is down, then back -------------
+
+
+@dataclass
+class Outage:
+    """The loopback chat-completions server's state: 503 while ``down``, else an answer."""
+
+    down: bool = True
+    refused: int = 0
+    answered: int = 0
+
+    def respond(self, seen: Seen) -> wire_openai.Reply:
+        if self.down:
+            self.refused += 1
+            return wire_openai.error_reply(503, "the upstream is overloaded")
+        self.answered += 1
+        return wire_openai.answer_reply(Answer(deltas=("back again",)), stream=True)
+
+
+@pytest.fixture
+async def wire() -> AsyncIterator[WireServer]:
+    async with serve_wire() as server:
+        yield server
+
+
+async def test_a_queued_backlog_waits_out_the_outage_and_is_answered_after_it(
+    tmp_path: Path, wire: WireServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Five messages queued while the provider answers 503: the first finds the outage
+    (its turn fails, typed ``before_output``), the other four wait unspent and are all
+    answered once the provider is back; none is dead-lettered; another agent on a healthy
+    provider is answered during the outage; the log names the outage once, and its end."""
+    outage = Outage()
+    wire.respond = outage.respond
+    policy = RetryPolicy(
+        max_attempts=2, base_delay_s=1.0, max_delay_s=2.0, jitter=0.0, provider_wait_s=60.0
+    )
+    provider = OpenAIChatProvider(
+        model="gpt-4o",
+        base_url=f"{wire.base_url}/v1",
+        api_key="sk-test-outage",
+        retry=ProviderRetries(max_attempts=2, base_delay_s=0.0, max_delay_s=0.0),
+    )
+    healthy = ScriptedModel([Reply("the other agent answers")], repeat_last=True)
+    caplog.set_level(logging.INFO, logger="hostkit.inbox")
+    async with (
+        provider,
+        open_host(
+            tmp_path, {"assistant": provider, "sales": healthy}, agents=("assistant", "sales")
+        ) as host,
+    ):
+        inbox = ChannelInbox.on_store(host.store, policy=policy)
+        now = time.time()
+        queued = [
+            (await inbox.accept(envelope(f"question {n}", received_at=now))).inbound_id
+            for n in range(5)
+        ]
+        other = (
+            await inbox.accept(envelope("hello sales", channel=OTHER_CHANNEL, received_at=now))
+        ).inbound_id
+        worker = host.inbox_worker(
+            inbox=inbox,
+            route=lambda channel: "sales" if channel == OTHER_CHANNEL else "assistant",
+            concurrency=1,
+            idle_poll_s=0.02,
+        )
+        async with worker:
+
+            async def opened() -> bool:
+                return bool(worker.outages.views())
+
+            await until(opened)
+            # While the breaker is open the readiness view names the agent and the reason.
+            (view,) = worker.outages.views()
+            assert view.agent == "assistant"
+            check = outage_checks(worker.outages.views(), inbox.now())["assistant"]
+            assert check.startswith("model provider unreachable for ")
+            assert "503" in check
+
+            async def waiting() -> bool:
+                # The other agent answered; the four behind the outage deferred, unspent.
+                found = await records(inbox, [other, *queued])
+                deferred = [
+                    r
+                    for r in found[1:]
+                    if (r.state, r.attempt) == ("ready", 0) and (r.due_at or 0) > time.time()
+                ]
+                return found[0].state == "completed" and len(deferred) == 4
+
+            await until(waiting, timeout_s=10.0)
+            outage.down = False
+
+            async def all_ended() -> bool:
+                return all(r.state == "completed" for r in await records(inbox, queued))
+
+            await until(all_ended)
+        assert not worker.outages.views()
+        ended = await records(inbox, queued)
+        assert all(r.attempt == 1 for r in ended), "deferrals spend no attempt"
+        statuses = [await turn_status(host, r.turn_id) for r in ended]
+        assert sorted(statuses) == ["completed"] * 4 + ["failed"]
+        assert await turn_status(host, (await records(inbox, [other]))[0].turn_id) == "completed"
+        assert outage.answered == 4
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("model provider is unreachable" in m for m in messages) == 1, messages
+    assert sum("model provider answers again" in m for m in messages) == 1, messages
+
+
+# -- the breaker's rules: a worker over the in-memory inbox, on a moved clock --------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class Turns:
+    """A turn runner whose agent ``down`` fails as an unreachable provider while ``outage``."""
+
+    outage: bool = True
+    ran: list[tuple[str, str]] = field(default_factory=list)
+    outcomes: dict[str, str] = field(default_factory=dict)
+
+    async def run(self, request: TurnRequest) -> TurnResult:
+        self.ran.append((request.core_id, request.input))
+        failed = self.outage and request.core_id == "down"
+        result = TurnResult(
+            request_id=request.request_id,
+            turn_id=new_id("turn"),
+            session_id="ses_1",
+            core_id=request.core_id,
+            core_revision="r1",
+            outcome="failed" if failed else "completed",
+            text="" if failed else "answered",
+            error="provider failed: down: HTTP 503" if failed else None,
+            provider_unavailable="before_output" if failed else None,
+        )
+        self.outcomes[result.turn_id] = result.outcome
+        return result
+
+
+@dataclass
+class Bench:
+    inbox: ChannelInbox
+    clock: Clock
+    turns: Turns
+    worker: InboxWorker
+
+    async def accept(self, text: str, *, channel: str = DOWN_CHANNEL) -> str:
+        receipt = await self.inbox.accept(envelope(text, channel=channel, received_at=self.clock()))
+        return receipt.inbound_id
+
+    async def state(self, inbound_id: str) -> tuple[str, int, str | None]:
+        (record,) = await records(self.inbox, [inbound_id])
+        return record.state, record.attempt, self.turns.outcomes.get(record.turn_id or "")
+
+
+def bench(**policy: Any) -> Bench:
+    clock = Clock()
+    inbox = ChannelInbox.in_memory(
+        policy=RetryPolicy(
+            **{"max_attempts": 2, "base_delay_s": 1.0, "max_delay_s": 4.0, "jitter": 0.0, **policy}
+        ),
+        clock=clock,
+    )
+    turns = Turns()
+    worker = InboxWorker(
+        inbox,
+        turns.run,
+        route=lambda channel: "up" if channel == OTHER_CHANNEL else "down",
+        concurrency=1,
+        idle_poll_s=0.01,
+        clock=clock,
+    )
+    return Bench(inbox, clock, turns, worker)
+
+
+async def test_the_breaker_backs_off_lets_one_probe_through_and_closes_when_answered() -> None:
+    """The first failure opens it (backoff = base delay); a probe that fails doubles it;
+    each waiting inbound is deferred to the next probe, attempt unspent; a probe the model
+    answers closes it and the rest run. Another agent is served all along."""
+    b = bench()
+    first = await b.accept("m0")
+    assert await b.worker.drain() == 1
+    assert await b.state(first) == ("completed", 1, "failed")
+    ids = {text: await b.accept(text) for text in ("m1", "m2")}
+    other = await b.accept("hi", channel=OTHER_CHANNEL)
+    assert await b.worker.drain() == 3
+    assert b.turns.ran == [("down", "m0"), ("up", "hi")]
+    assert await b.state(other) == ("completed", 1, "completed")
+    for waiting in ids.values():
+        record = (await records(b.inbox, [waiting]))[0]
+        assert (record.state, record.attempt) == ("ready", 0)
+        assert record.due_at == pytest.approx(b.clock() + 1.0)  # delay(1) = base_delay_s
+    (view,) = b.worker.outages.views()
+    assert (view.failures, view.next_probe_at) == (1, pytest.approx(b.clock() + 1.0))
+
+    assert await b.worker.drain() == 0  # nothing due before the backoff ends
+    b.clock.advance(1.0)
+    assert await b.worker.drain() == 2  # one probe (fails again), the other deferred
+    assert len(b.turns.ran) == 3
+    probe = b.turns.ran[-1][1]
+    rest = "m2" if probe == "m1" else "m1"
+    assert await b.state(ids[probe]) == ("completed", 1, "failed")
+    (view,) = b.worker.outages.views()
+    assert (view.failures, view.next_probe_at) == (2, pytest.approx(b.clock() + 2.0))
+    assert (await b.state(ids[rest]))[:2] == ("ready", 0)
+
+    b.turns.outage = False
+    b.clock.advance(2.0)
+    assert await b.worker.drain() == 1
+    assert b.turns.ran[3:] == [("down", rest)]
+    assert await b.state(ids[rest]) == ("completed", 1, "completed")
+    assert not b.worker.outages.views()
+    fourth = await b.accept("m3")
+    assert await b.worker.drain() == 1
+    assert await b.state(fourth) == ("completed", 1, "completed")
+
+
+async def test_while_a_probe_runs_the_others_wait_for_it() -> None:
+    """Half-open lets exactly one turn through: with room for four, the rest are deferred."""
+    b = bench()
+    gate = anyio.Event()
+    entered: list[str] = []
+    plain = b.turns.run
+
+    async def slow(request: TurnRequest) -> TurnResult:
+        entered.append(request.input)
+        if len(entered) > 1:
+            await gate.wait()
+        return await plain(request)
+
+    b.worker = InboxWorker(
+        b.inbox,
+        slow,
+        route=lambda channel: "down",
+        concurrency=4,
+        idle_poll_s=0.01,
+        clock=b.clock,
+    )
+    await b.accept("opener")
+    assert await b.worker.drain() == 1
+    waiting = [await b.accept(f"w{n}") for n in range(3)]
+    b.clock.advance(1.0)
+    b.turns.outage = False
+    async with anyio.create_task_group() as group:
+        group.start_soon(b.worker.drain)
+        await until(lambda: _true(len(entered) == 2))
+        await anyio.sleep(0.1)
+        assert len(entered) == 2, "one probe at a time"
+        gate.set()
+    states = [await b.state(w) for w in waiting]
+    assert sum(s[0] == "completed" for s in states) == 1
+    assert sum(s[:2] == ("ready", 0) for s in states) == 2
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def test_a_probe_that_ends_without_a_verdict_frees_the_half_open_slot() -> None:
+    """A probe whose claim was lost or whose handler failed tells nothing: the next turn
+    is the probe, the backoff unchanged; a failure of a turn begun before the opening is
+    not counted as a probe's."""
+    policy = RetryPolicy(base_delay_s=1.0, max_delay_s=8.0, jitter=0.0)
+    outages = ProviderOutages(policy)
+    assert outages.admit("a", 0.0) == (None, False)
+    outages.ended("a", 0.0, "unavailable", probe=False, reason="HTTP 503")
+    outages.ended("a", 0.1, "unavailable", probe=False, reason="HTTP 503")  # begun before
+    assert outages.views()[0].failures == 1
+    assert outages.admit("a", 0.5) == (1.0, False)
+    assert outages.admit("a", 1.0) == (None, True)
+    assert outages.admit("a", 1.0) == (2.0, False)  # waits for the probe's verdict
+    outages.ended("a", 1.5, None, probe=True, reason="no reason recorded")
+    assert outages.admit("a", 1.5) == (None, True)
+    outages.ended("a", 2.0, "unavailable", probe=True, reason="HTTP 503")
+    assert (outages.views()[0].failures, outages.views()[0].next_probe_at) == (2, 4.0)
+    assert outages.admit("b", 2.0) == (None, False), "another agent is not held"
+    outages.ended("a", 2.5, "reached", probe=False, reason="")
+    assert outages.views() == ()
+    assert outages.admit("a", 2.5) == (None, False)
+
+
+async def test_past_provider_wait_s_a_message_runs_and_gets_the_notice() -> None:
+    """Deferral is bounded from when the message was received: past ``provider_wait_s``
+    it runs like any other (its turn fails while the provider is down), not dead-lettered."""
+    b = bench(provider_wait_s=3.0)
+    await b.accept("opener")
+    late = await b.accept("late")
+    assert await b.worker.drain() == 2
+    assert (await b.state(late))[:2] == ("ready", 0)
+    b.clock.advance(3.0)
+    assert await b.worker.drain() == 1
+    assert b.turns.ran[-1] == ("down", "late")
+    assert await b.state(late) == ("completed", 1, "failed")
+
+
+async def test_a_failure_that_is_not_an_outage_opens_nothing() -> None:
+    """A failed turn without ``provider_unavailable`` (a refused request, a bug) is the
+    message's answer as before: the messages behind it run."""
+    b = bench()
+
+    async def refused(request: TurnRequest) -> TurnResult:
+        return dataclasses.replace(await b.turns.run(request), provider_unavailable=None)
+
+    b.worker = InboxWorker(
+        b.inbox, refused, route=lambda channel: "down", idle_poll_s=0.01, clock=b.clock
+    )
+    ids = [await b.accept(f"m{n}") for n in range(3)]
+    assert await b.worker.drain() == 3
+    assert [await b.state(i) for i in ids] == [("completed", 1, "failed")] * 3
+    assert not b.worker.outages.views()
+
+
+# -- the typed fact: where in the turn its provider failed -----------------------------
+
+
+async def _noop() -> str:
+    """Does nothing."""
+    return "ok"
+
+
+def _request(text: str) -> TurnRequest:
+    return TurnRequest(
+        input=text,
+        principal=ConversationFacts("test", "c1", "alice"),
+        request_id=new_id("req"),
+    )
+
+
+UNREACHABLE = ProviderError("HTTP 503: overloaded", provider="test", status=503, retryable=True)
+
+
+async def test_a_turn_says_its_provider_was_unreachable_before_or_after_output(
+    tmp_path: Path,
+) -> None:
+    noop = AuthoredTool("notes.noop", _noop)
+    model = ScriptedModel(
+        [
+            Fail(UNREACHABLE),
+            CallTools(("notes.noop", {})),
+            Fail(UNREACHABLE),
+            Fail(ProviderError("HTTP 400: bad request", provider="test", status=400)),
+        ]
+    )
+    async with open_host(tmp_path, model, tools=[noop]) as host:
+        before = await host.turns.run(_request("one"))
+        after = await host.turns.run(_request("two"))
+        refused = await host.turns.run(_request("three"))
+    assert (before.outcome, before.provider_unavailable) == ("failed", "before_output")
+    assert (after.outcome, after.provider_unavailable) == ("failed", "after_output")
+    assert (refused.outcome, refused.provider_unavailable) == ("failed", None)
+    assert TurnResult.from_json(before.to_json()).provider_unavailable == "before_output"
+    assert "provider_unavailable" not in refused.to_json()
+
+
+# -- the policy ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value", [0, -1.0, float("nan"), float("inf"), True, "60", 8 * 24 * 3600.0]
+)
+def test_a_bad_provider_wait_s_is_refused_with_a_typed_bounded_error(value: object) -> None:
+    with pytest.raises(InvalidValue) as caught:
+        RetryPolicy(provider_wait_s=value)  # type: ignore[arg-type]
+    assert caught.value.message.startswith("provider_wait_s must ")
+    assert len(caught.value.message) < 120
+
+
+def test_provider_wait_s_defaults_to_an_hour() -> None:
+    assert RetryPolicy().provider_wait_s == 3_600.0
