@@ -1,4 +1,4 @@
-"""The promotion gates, in order: manifest, dependencies, mcp_review, tests.
+"""The promotion gates, in order: manifest, dependencies, mcp_review, tests, tools.
 
 Each gate returns a ``GateOutcome`` recorded in the ``CoreEvent`` of the
 attempt, so a refused promotion says which gate refused and why. The gates
@@ -6,7 +6,8 @@ that run no core code come first: a candidate that does not load stops at
 the manifest gate, and the core's own tests run only once the dependency
 and MCP gates passed (a refusal still carries the review token), so a
 promotion an operator runs to learn the token never executes unreviewed
-code.
+code. The tools gate, last, discovers the tools a core's ``tools:`` modules
+define, as its generation would once live (Host promotions only).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
     "check_manifest",
     "check_mcp_review",
     "check_tests",
+    "check_tools",
 ]
 
 Validate = Callable[[LoadedCore], Awaitable[None]]
@@ -50,6 +52,7 @@ async def check_manifest(
     try:
         loaded = await load_core(location, revision, cores_root=cores_root)
         await anyio.to_thread.run_sync(_check_slot_entries, loaded)
+        await anyio.to_thread.run_sync(_check_tool_entries, loaded)
         if validate is not None:
             await validate(loaded)
     except HostkitError as exc:
@@ -67,42 +70,56 @@ def _check_slot_entries(loaded: LoadedCore) -> None:
     """Each declared slot names a module of ``agent/`` that defines the function at its top
     level, read as source (nothing of the core runs here); else the ``ConfigError`` of
     ``slots.<slot>``. A typo would otherwise pass every gate and fail every turn."""
-    package = loaded.root / loaded.package
     slots = loaded.manifest.slots
     for slot in ("bootstrap", "input", "output"):
         entry = getattr(slots, slot)
         if entry is None:
             continue
         module, _, function = entry.partition(":")
-        base = package.joinpath(*module.split("."))
-        source = next(
-            (p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None
-        )
-        if source is None:
-            raise loaded.problem(
-                f"slots.{slot}", f"{entry!r}: agent/{module.replace('.', '/')}.py does not exist"
-            )
-        size = source.stat().st_size
-        if size > MAX_SLOT_SOURCE_BYTES:
-            raise loaded.problem(
-                f"slots.{slot}",
-                f"{entry!r}: agent/{source.relative_to(package)} holds {size} bytes; a slot "
-                f"module may hold {MAX_SLOT_SOURCE_BYTES} (move the rest to another module)",
-            )
-        try:
-            tree = ast.parse(source.read_bytes(), filename=str(source))
-        except (SyntaxError, ValueError) as exc:
-            raise loaded.problem(
-                f"slots.{slot}",
-                f"{entry!r}: agent/{source.relative_to(package)} does not parse "
-                f"(line {getattr(exc, 'lineno', '?')})",
-            ) from None
+        source, tree = _module_source(loaded, f"slots.{slot}", entry, module, kind="slot")
         bound = _top_level_names(tree)
         if bound is not None and function not in bound:
             raise loaded.problem(
                 f"slots.{slot}",
-                f"{entry!r}: agent/{source.relative_to(package)} defines no {function!r}",
+                f"{entry!r}: agent/{source.relative_to(loaded.root / loaded.package)} "
+                f"defines no {function!r}",
             )
+
+
+def _check_tool_entries(loaded: LoadedCore) -> None:
+    """Each ``tools:`` entry names a module of ``agent/`` that exists and parses, read as
+    source like a slot's; else the ``ConfigError`` of ``tools``. A typo would otherwise
+    pass every gate and leave the core unable to build its tools once live."""
+    for name in loaded.manifest.tools:
+        _module_source(loaded, "tools", name, name, kind="tool")
+
+
+def _module_source(
+    loaded: LoadedCore, key: str, entry: str, module: str, *, kind: str
+) -> tuple[Path, ast.Module]:
+    """The file of ``agent/<module>`` (a module, or a package's ``__init__.py``) and its
+    parsed source; the ``ConfigError`` of ``key`` quoting ``entry`` when it does not exist,
+    is too large to parse or does not parse."""
+    package = loaded.root / loaded.package
+    base = package.joinpath(*module.split("."))
+    source = next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
+    if source is None:
+        raise loaded.problem(key, f"{entry!r}: agent/{module.replace('.', '/')}.py does not exist")
+    size = source.stat().st_size
+    if size > MAX_SLOT_SOURCE_BYTES:
+        raise loaded.problem(
+            key,
+            f"{entry!r}: agent/{source.relative_to(package)} holds {size} bytes; a {kind} "
+            f"module may hold {MAX_SLOT_SOURCE_BYTES} (move the rest to another module)",
+        )
+    try:
+        return source, ast.parse(source.read_bytes(), filename=str(source))
+    except (SyntaxError, ValueError) as exc:
+        raise loaded.problem(
+            key,
+            f"{entry!r}: agent/{source.relative_to(package)} does not parse "
+            f"(line {getattr(exc, 'lineno', '?')})",
+        ) from None
 
 
 def _top_level_names(tree: ast.Module) -> set[str] | None:
@@ -174,6 +191,26 @@ async def check_tests(
         last = run.tail.strip().splitlines()[-1] if run.tail.strip() else ""
         return GateOutcome("tests", True, f"{note}{last}")
     return GateOutcome("tests", False, f"{note}pytest exited {run.returncode}\n{run.tail}")
+
+
+async def check_tools(loaded: LoadedCore, build: Validate) -> GateOutcome:
+    """The candidate's tools build as its generation would build them (``build``, the
+    Host's): each ``tools:`` module discovered, no two tools under one name, no policy
+    rule that only the model's spelling of a tool matches.
+
+    Discovering a module runs its code (in the child process turns discover with,
+    never in the Host's), so this runs after the tests gate.
+    """
+    try:
+        await build(loaded)
+    except HostkitError as exc:
+        return GateOutcome("tools", False, bounded(str(exc), 1_000))
+    except Exception as exc:
+        # A failure no check foresaw: refused, never a crash (and never live).
+        _log.exception("building the tools of core %r failed", loaded.core_id)
+        return GateOutcome("tools", False, f"the tools cannot be built ({type(exc).__name__})")
+    listed = ", ".join(loaded.manifest.tools)
+    return GateOutcome("tools", True, bounded(f"{listed} build; no two tools share a name", 300))
 
 
 def check_dependencies(

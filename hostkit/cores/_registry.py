@@ -35,6 +35,7 @@ from hostkit.cores._gates import (
     check_manifest,
     check_mcp_review,
     check_tests,
+    check_tools,
 )
 from hostkit.cores._loaded import MANIFEST_FILE, CoreLocation, LoadedCore
 from hostkit.cores._manifest import CoreManifest, load_manifest
@@ -77,7 +78,10 @@ class CoreRegistry:
 
     ``locations`` maps each core id to its repository and Host-owned ref.
     ``validate`` is the Host's check that a loaded candidate compiles against
-    its configuration (provider exists, ...); ``on_moved(core_id, sha)`` runs
+    its configuration (provider exists, ...); ``build_tools`` builds the tools of a
+    candidate whose manifest names ``tools:`` modules as its generation would (the
+    last gate, ``tools``: a collision refuses the promotion instead of making the
+    core unavailable once live); ``on_moved(core_id, sha)`` runs
     after every recorded move. An unknown core id raises
     ``NotFoundOrUnauthorized("core")``; a revision that does not resolve,
     ``InvalidValue``. ``sandbox`` launches the test gate's pytest inside the
@@ -93,6 +97,7 @@ class CoreRegistry:
         *,
         cores_root: Path,
         validate: Callable[[LoadedCore], Awaitable[None]] | None = None,
+        build_tools: Callable[[LoadedCore], Awaitable[None]] | None = None,
         on_moved: Callable[[str, str], Awaitable[None]] | None = None,
         closing: Callable[[], bool] | None = None,
         clock: Callable[[], float] = time.time,
@@ -102,6 +107,7 @@ class CoreRegistry:
         self._locations = dict(locations)
         self._cores_root = cores_root
         self._validate = validate
+        self._build_tools = build_tools
         self._on_moved = on_moved
         self._closing = closing
         self._clock = clock
@@ -254,6 +260,10 @@ class CoreRegistry:
                         location, loaded, cores_root=self._cores_root, sandbox=self._sandbox
                     )
                 )
+            # Building them runs the tools' modules too (discovered in a child process).
+            build = self._build_tools
+            if build is not None and loaded.manifest.tools and all(g.passed for g in gates):
+                gates.append(await check_tools(loaded, build))
         event = CoreEvent(
             core_id=core_id,
             action="promote",

@@ -6,7 +6,7 @@ import difflib
 import hashlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,6 +127,12 @@ class Generation(AsyncResource):
         self.processes = processes
         self.estimators = estimators
         self.config = config
+        # Resolved before any source runs, and never again: the runtime decides policy,
+        # and nothing a source or a caller does to a configuration's lists changes it.
+        self._policies = {name: agent_policy(agent) for name, agent in config.agents.items()}
+        # What the sources are handed (each request's ``config``): a copy of their own,
+        # so a source that edits it changes neither this generation nor ``host.config``.
+        self._handed = config.model_copy(deep=True)
         self.capabilities = capabilities
         self.effects = EffectRuntime(toolsets=self, approvals=approvals, store=store, mcp=mcp)
         self.active = 0
@@ -138,7 +144,8 @@ class Generation(AsyncResource):
         self._closed = False
 
     def policy(self, agent: str) -> EffectPolicy:
-        return agent_policy(self.config.agents[agent])
+        """``agent``'s policy as this generation resolved it when it was built."""
+        return self._policies[agent]
 
     def core(self, core_id: str) -> LoadedCore | None:
         """The Agent Core ``core_id`` at this generation's revision (None: not a loaded core)."""
@@ -181,12 +188,12 @@ class Generation(AsyncResource):
                 return cached
             policy = self.policy(agent)
             memory = (
-                await self.capabilities.memory.memory(MemoryRequest(self.config, agent))
+                await self.capabilities.memory.memory(MemoryRequest(self._handed, agent))
                 if self.config.agents[agent].memory
                 else None
             )
             request = ToolRequest(
-                self.config, agent, policy, self.workspace(agent), memory, self.processes
+                self._handed, agent, policy, self.workspace(agent), memory, self.processes
             )
             source = self.capabilities.tools
             offered = _sourced(await source.tools(request), f"source:{type(source).__name__}")
@@ -224,6 +231,29 @@ class Generation(AsyncResource):
             )
             return cached
 
+    async def build_tools(self, agents: Iterable[str]) -> None:
+        """Build ``agents``' tools now rather than at their first turn, as ``pin`` would.
+
+        A reload must not install a generation an agent cannot serve from (a tool
+        module missing, two tools under one name, a rule only the model's spelling
+        matches): its ``ConfigError`` (keyed ``agents.<agent>``) refuses it whole. Any
+        other failure (a store or a source that fails now) is no fault of the
+        configuration: logged, and the agent's first turn builds again. A core that is
+        not available is skipped: its turns get their own reason.
+        """
+        for agent in agents:
+            if agent in self._unavailable or agent not in self.config.agents:
+                continue
+            try:
+                await self.agent_tools(agent)
+            except ConfigError as exc:
+                if exc.message.startswith(f"agents.{agent}"):
+                    raise
+                raise ConfigError(exc.message, key=f"agents.{agent}") from None
+            except Exception as exc:
+                reason = exc.message if isinstance(exc, HostkitError) else type(exc).__name__
+                _log.warning("agent %r: its tools are built at its first turn: %s", agent, reason)
+
     async def _mcp_servers(self, request: ToolRequest) -> tuple[McpServer, ...]:
         source = self.capabilities.mcp
         if source is None:
@@ -254,7 +284,7 @@ class Generation(AsyncResource):
         self.active += 1
         try:
             provider = await self.capabilities.providers.model_provider(
-                ProviderRequest(self.config, core_id)
+                ProviderRequest(self._handed, core_id)
             )
             if self.estimators is not None:
                 # A source may know its providers' exact tokenizers (duck-typed: optional).
@@ -337,7 +367,7 @@ class Generation(AsyncResource):
         if config is None:
             return None
         provider = await self.capabilities.providers.model_provider(
-            ProviderRequest(self.config, agent, provider=config.summarizer or config.provider)
+            ProviderRequest(self._handed, agent, provider=config.summarizer or config.provider)
         )
         return ProviderSummarizer(provider)
 

@@ -535,6 +535,7 @@ class Host(AsyncResource):
             core_locations(self.declared_config),
             cores_root=self.declared_config.cores_root,
             validate=self._validate_core,
+            build_tools=self._build_core_tools,
             on_moved=self._core_moved,
             closing=self._closing,
             sandbox=core_test_sandbox(self.declared_config),
@@ -546,6 +547,23 @@ class Host(AsyncResource):
 
     async def _validate_core(self, core: LoadedCore) -> None:
         compile_core(self.declared_config, core)
+
+    async def _build_core_tools(self, core: LoadedCore) -> None:
+        """Build a candidate revision's tools as its generation would (the promotion's
+        tools gate): a ``ConfigError`` when they cannot be, so it never goes live."""
+        agent = compile_core(self.declared_config, core)
+        async with self._held() as current:
+            agents = {**current.config.agents, core.core_id: agent}
+            config = current.config.model_copy(update={"agents": agents})
+            # The current generation's sources, not closed with the candidate's (which
+            # holds no package: the tools discovered stay cached for the apply).
+            candidate = self._new_generation(
+                0, config, current.capabilities, supplied=current.capabilities
+            )
+            try:
+                await candidate.build_tools([core.core_id])
+            finally:
+                await uninterrupted(self._discard(candidate))
 
     async def _core_moved(self, core_id: str, revision: str) -> None:
         self._approval_runtime.invalidate(core_id=core_id)
@@ -670,10 +688,9 @@ class Host(AsyncResource):
             check_changed_provider_keys(config, self.config)
             if self._closing():
                 await self._refuse_closed(capabilities)
-        if capabilities is not None:
-            self._supplied = capabilities
+        supplied = capabilities or self._supplied
         caps = with_agents(
-            self._supplied
+            supplied
             or DefaultCapabilities.from_config(
                 config, store=self.store, require_channels=self._require_channels
             ),
@@ -681,16 +698,25 @@ class Host(AsyncResource):
             self.agents,
             instances,
         )
-        self.warnings = (*workspace_warnings, *core_warnings)
         previous = self._generation
-        self._generation = self._new_generation(
+        generation = self._new_generation(
             previous.number + 1,
             config,
             caps,
             cores=cores,
             unavailable=unavailable_reasons(config, core_warnings),
-            supplied=self._supplied,
+            supplied=supplied,
         )
+        await self._build_changed_tools(
+            previous, generation, authority_changed=capabilities is not None
+        )
+        if self._closing():
+            # aclose ran while the tools were built: install nothing.
+            await uninterrupted(self._discard(generation))
+            await self._refuse_closed(capabilities)
+        self._supplied = supplied
+        self.warnings = (*workspace_warnings, *core_warnings)
+        self._generation = generation
         self.config = config
         self.declared_config = declared
         # Retired before any await: a turn of ``previous`` that ends meanwhile must find it
@@ -700,6 +726,34 @@ class Host(AsyncResource):
         # The rest finishes what is installed, also when the caller is cancelled.
         await uninterrupted(self._retired_whole(previous, config, capabilities is not None))
         return self._generation.number
+
+    async def _build_changed_tools(
+        self, previous: Generation, generation: Generation, *, authority_changed: bool
+    ) -> None:
+        """Build, before ``generation`` replaces ``previous``, the tools of every agent that is
+        new or changed (all of them when their authority may have): a ``ConfigError`` closes
+        ``generation`` and applies nothing, so ``previous`` keeps serving. Unlike the lazy
+        build at open, a reload never installs an agent that cannot serve a turn."""
+        rebuilt = _authority_changed(previous.config, generation.config, authority_changed)
+        try:
+            await generation.build_tools(
+                agent
+                for agent in generation.config.agents
+                if rebuilt
+                or agent not in previous.config.agents
+                or previous.revision(agent) != generation.revision(agent)
+            )
+        except BaseException:
+            await uninterrupted(self._discard(generation))
+            raise
+
+    async def _discard(self, generation: Generation) -> None:
+        """Close a generation that was never installed; the sources handed in stay the
+        caller's, as when any other check refuses an apply."""
+        try:
+            await generation.aclose()
+        except Exception:
+            _log.exception("closing the refused generation %s failed", generation.number)
 
     async def _retired_whole(
         self, previous: Generation, config: HostConfig, authority_changed: bool
@@ -729,9 +783,7 @@ class Host(AsyncResource):
         # New capability sources, or a change outside the agents' own sections, may change
         # what any agent is granted: its authority changed, so every agent's approvals go
         # (a later switch back must not revive them).
-        authority_changed = authority_changed or _outside_agents(
-            previous.config
-        ) != _outside_agents(config)
+        authority_changed = _authority_changed(previous.config, config, authority_changed)
         for agent in previous.config.agents:
             if (
                 authority_changed
@@ -1224,6 +1276,12 @@ def _declared_mcp(config: HostConfig) -> set[tuple[str, str, str]]:
         for agent, agent_config in config.agents.items()
         for name, settings in agent_config.mcp.items()
     }
+
+
+def _authority_changed(previous: HostConfig, config: HostConfig, supplied: bool) -> bool:
+    """Whether what any agent is granted may differ from ``previous``: new capability
+    sources were ``supplied``, or something outside the agents' own sections changed."""
+    return supplied or _outside_agents(previous) != _outside_agents(config)
 
 
 def _outside_agents(config: HostConfig) -> dict[str, object]:

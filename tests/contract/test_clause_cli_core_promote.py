@@ -200,7 +200,9 @@ def test_rollback_moves_the_ref_back_and_log_marks_the_live_commit(tmp_path: Pat
     assert marked[0][1] == first[:12]
     assert "rollback" in out
     assert "v2 misbehaves" in out
-    assert "all 4 passed" in out  # the promotions; the rollback ran the manifest gate only
+    # The promotions (the core names `tools:`: the tools gate ran too); the rollback ran
+    # the manifest gate only.
+    assert "all 5 passed" in out
     assert "manifest passed" in out
 
     code, out, err = invoke("core", "log", CORE, "--json", "--limit", "2", project=tmp_path)

@@ -357,6 +357,30 @@ async def test_a_slot_the_revision_does_not_define_is_refused_by_the_manifest_ga
     assert live_of(path) == before
 
 
+@pytest.mark.parametrize(
+    ("tools", "files", "said"),
+    [
+        (["notes"], {}, "'notes': agent/notes.py does not exist"),
+        (["pkg.deep"], {"agent/pkg/__init__.py": ""}, "agent/pkg/deep.py does not exist"),
+        (["broken"], {"agent/broken.py": "def write(ctx:\n"}, "does not parse (line 1)"),
+    ],
+    ids=["module", "package", "syntax"],
+)
+async def test_a_tool_module_the_revision_does_not_hold_is_refused_by_the_manifest_gate(
+    tmp_path: Path, store: RuntimeStore, tools: list[str], files: dict[str, str], said: str
+) -> None:
+    """A typo in ``tools:`` used to pass every gate and make the core unavailable once
+    live (every turn refused). Read as source, like a slot: no core code runs."""
+    path, _ = make_core(tmp_path, "notes", manifest=MANIFEST, files=files)
+    before = live_of(path)
+    broken = commit(path, {"agent.yaml": f"id: notes\nmodel: test\ntools: {tools}\n"}, "typo")
+    refused = await _refused(core_registry(tmp_path, store, {"notes": path}), broken)
+    assert [(gate.gate, gate.passed) for gate in refused.gates] == [("manifest", False)]
+    assert "agent.yaml line 3: tools: " in refused.gates[0].detail
+    assert said in refused.gates[0].detail
+    assert live_of(path) == before
+
+
 async def test_slots_defined_as_functions_or_names_pass_the_manifest_gate(
     tmp_path: Path, store: RuntimeStore
 ) -> None:

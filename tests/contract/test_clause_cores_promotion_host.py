@@ -85,3 +85,45 @@ async def test_the_manifest_gate_compiles_against_the_hosts_configuration(
         assert "'gpt-x' is not a provider" in gate.detail
         assert host.generation == generation
         assert live_of(path) == first
+
+
+_TOOL = '''from hostkit.effects import ToolContext, tool
+
+
+@tool("notes.write")
+async def {name}(ctx: ToolContext, text: str) -> str:
+    """Write a note."""
+    return "noted"
+'''
+
+
+async def test_a_revision_whose_tools_collide_is_refused_by_the_tools_gate(
+    tmp_path: Path,
+) -> None:
+    """Two ``tools:`` modules defining one tool passed every gate, then every turn of the
+    live core was refused. The last gate builds the tools as the generation would."""
+
+    def tools(*modules: str) -> dict[str, object]:
+        return {**manifest("notes", "v"), "capabilities": {"notes.*": "allow"}, "tools": modules}
+
+    files = {"agent/__init__.py": "", **{f"agent/{m}.py": _TOOL.format(name=m) for m in "ab"}}
+    path, first = make_core(tmp_path, "notes", manifest=tools("a"), files=files)
+    config = core_host_config(tmp_path, {"notes": path}, providers=PROVIDERS)
+    async with Host.open(config) as host:
+        generation = host.generation
+        commit(path, {"agent.yaml": manifest_text(tools("a", "b"))}, "collide")
+        with pytest.raises(PromotionRefused) as refused:
+            await host.cores.promote("notes", actor="ops")
+        served = await host.turns.run(request(core_id="notes"))
+    assert [(gate.gate, gate.passed) for gate in refused.value.gates] == [
+        ("manifest", True),
+        ("dependencies", True),
+        ("mcp_review", True),
+        ("tests", True),
+        ("tools", False),
+    ]
+    assert "two tools collide as effect 'notes.write'" in refused.value.gates[-1].detail
+    # Never live: the store, the ref and the generation stay at the first revision.
+    assert live_of(path) == first
+    assert host.generation == generation
+    assert (served.outcome, served.core_revision) == ("completed", first)

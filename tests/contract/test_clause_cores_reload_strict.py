@@ -55,3 +55,21 @@ async def test_a_ref_moved_to_a_broken_commit_after_the_check_rejects_the_reload
     assert "agent.yaml line" in outcome.reason
     assert still
     assert (served.outcome, served.generation, served.core_revision) == ("completed", 1, first)
+
+
+async def test_a_promotion_recorded_elsewhere_whose_tools_cannot_be_built_rejects_the_reload(
+    tmp_path: Path,
+) -> None:
+    """Another process made live a revision naming a tool module it lacks: the reload
+    builds the core's tools before installing, so generation N keeps serving."""
+    path, first = make_core(tmp_path, "notes", manifest=manifest("first revision"))
+    missing = commit(path, {"agent.yaml": manifest("x", tools=["missing"])}, "missing")
+    async with Host.open(config_for(tmp_path, path)) as host:
+        move_ref(path, first, missing)
+        outcome = await host.reload()
+        served = await host.turns.run(request(core_id="notes"))
+    assert outcome.rejected, outcome
+    assert outcome.generation == 1
+    assert outcome.reason is not None
+    assert outcome.reason.startswith("agents.notes.tool_modules: cannot import tool module ")
+    assert (served.outcome, served.generation, served.core_revision) == ("completed", 1, first)
