@@ -26,9 +26,9 @@ import json
 import logging
 import math
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from functools import partial
+from functools import cache, partial
 from typing import Any, get_args
 
 import anyio
@@ -934,8 +934,12 @@ CODINGS = {
 }
 
 
+@cache
 def _gzip_bomb(opening: bytes, inflated: int) -> bytes:
-    """``opening`` then ``inflated`` spaces, gzipped (a few hundred KiB for 256 MiB)."""
+    """``opening`` then ``inflated`` spaces, gzipped (a few hundred KiB for 256 MiB).
+
+    Built when a test first needs it, once per worker: at collection every worker
+    would spend seconds compressing it for tests most of them never run."""
     packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     block = b" " * (1 << 20)
     parts = [packer.compress(opening), *(packer.compress(block) for _ in range(inflated >> 20))]
@@ -966,7 +970,7 @@ async def test_a_compressed_body_is_decoded_within_the_bounds(
 @pytest.mark.parametrize(
     ("encoding", "body", "said"),
     [
-        ("gzip", _gzip_bomb(b"{", 256 << 20), f"more than {MAX_EVENT_BYTES} bytes"),
+        ("gzip", partial(_gzip_bomb, b"{", 256 << 20), f"more than {MAX_EVENT_BYTES} bytes"),
         ("gzip", gzip.compress(b"{" * 4096)[:-12], "ended before its end"),
         ("gzip", b"\x00 not gzip", "corrupt"),
         ("br", b"\x00 brotli", "unsupported content-encoding 'br'"),
@@ -975,11 +979,12 @@ async def test_a_compressed_body_is_decoded_within_the_bounds(
     ids=["bomb", "cut", "corrupt", "br", "three-stacked"],
 )
 async def test_a_compressed_body_past_a_bound_or_unreadable_is_refused(
-    rig: WireRig, stream: bool, encoding: str, body: bytes, said: str
+    rig: WireRig, stream: bool, encoding: str, body: bytes | Callable[[], bytes], said: str
 ) -> None:
     """A gzip bomb is decoded only to the body's bound (then refused, the work stopping
     there); a cut or corrupt body, a coding not decoded (br) and a stack too deep are
     refused as a ProviderError naming why, never a crash."""
+    body = body() if callable(body) else body
     reply = rig.fmt.answer_reply(TEXT, stream=stream)
     headers = {**reply.headers, "content-encoding": encoding}
     rig.wire.script(dataclasses.replace(reply, chunks=(body,), headers=headers))
@@ -1017,14 +1022,19 @@ async def test_a_compressed_error_body_is_read_within_its_bound(
 @STREAMED
 @pytest.mark.parametrize(
     ("encoding", "body"),
-    [("br", b"\x00 brotli"), ("gzip", b"\x00 not gzip"), ("gzip", _gzip_bomb(b"", 256 << 20))],
+    [
+        ("br", b"\x00 brotli"),
+        ("gzip", b"\x00 not gzip"),
+        ("gzip", partial(_gzip_bomb, b"", 256 << 20)),
+    ],
     ids=["br", "corrupt", "bomb"],
 )
 async def test_a_compressed_error_body_that_cannot_be_read_keeps_its_status(
-    rig: WireRig, stream: bool, encoding: str, body: bytes
+    rig: WireRig, stream: bool, encoding: str, body: bytes | Callable[[], bytes]
 ) -> None:
     """An error body in a coding not decoded (br) or corrupt is a fixed note; a bomb is
     decoded only to the 64 KiB bound. The status and Retry-After still decide."""
+    body = body() if callable(body) else body
     reply = rig.fmt.error_reply(429, "unused", headers={"retry-after": "2"})
     headers = {**reply.headers, "content-encoding": encoding}
     rig.wire.script(*[dataclasses.replace(reply, chunks=(body,), headers=headers)] * ATTEMPTS)
