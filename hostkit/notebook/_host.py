@@ -694,16 +694,31 @@ async def start(
     while _starting is not None:
         await asyncio.shield(_starting)
     if _current is not None and not _current.closed:
-        same = (
-            (config is None or await _same_source(config, _current.config_source))
-            and (capabilities is None or capabilities is _current.capabilities)
-            and (not agents or tuple(agents) == _current.host.agents)
-            and (conversation is None or conversation == _current.facts.conversation_key)
-        )
-        if not same:
+        differs = [
+            part
+            for part, same in (
+                (
+                    "configuration",
+                    config is None or await _same_source(config, _current.config_source),
+                ),
+                # By identity: a cell that builds them anew (a new ScriptedModel) would
+                # otherwise be handed the running Host, still on the old ones.
+                (
+                    "capabilities object",
+                    capabilities is None or capabilities is _current.capabilities,
+                ),
+                ("agents", not agents or tuple(agents) == _current.host.agents),
+                (
+                    "conversation",
+                    conversation is None or conversation == _current.facts.conversation_key,
+                ),
+            )
+            if not same
+        ]
+        if differs:
             raise ConfigError(
-                "a Host already runs in this kernel with another configuration (or "
-                "conversation); await hostkit.notebook.current().aclose() first"
+                f"a Host already runs in this kernel with another {' and '.join(differs)} "
+                "than this start's; await hostkit.notebook.current().aclose() first"
             )
         return _current
     _starting = asyncio.get_running_loop().create_future()

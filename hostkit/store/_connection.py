@@ -178,6 +178,11 @@ async def open_connection(
         return raw
 
     aio = aiosqlite.Connection(connector, iter_chunk_size=64)
+    # A daemon: a store nobody closed (a script that returned, a kernel shut down) must
+    # not keep the interpreter alive, which joins other threads before any atexit hook
+    # (the notebook's emergency stop) runs. What was committed is on disk; an open
+    # transaction is rolled back like any crash's.
+    aio._thread.daemon = True
     try:
         await aio
     except BaseException:

@@ -286,8 +286,24 @@ async def test_a_second_start_with_another_configuration_is_refused(
 ) -> None:
     from hostkit.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="already runs"):
+    with pytest.raises(ConfigError, match=r"already runs .* with another configuration than"):
         await hn.start(notebook_config(tmp_path / "other"))
+
+
+async def test_a_rerun_setup_cell_that_builds_its_capabilities_anew_is_told_so(
+    notebook: hn.NotebookHost,
+) -> None:
+    """The same configuration with a new capabilities object (a setup cell run again that
+    builds them inline): refused, and the message names what differs, not the
+    configuration."""
+    from hostkit.errors import ConfigError
+
+    again = capabilities(ScriptedModel([Reply("hi")]))
+    with pytest.raises(ConfigError) as refused:
+        await hn.start(capabilities=again)
+    assert "another capabilities object than this start's" in refused.value.message
+    assert "configuration" not in refused.value.message
+    assert await hn.start(capabilities=notebook.capabilities) is notebook
 
 
 async def test_closing_a_panel_keeps_the_row_still_waiting_for_its_click(
@@ -360,7 +376,7 @@ async def test_a_second_start_in_another_conversation_is_refused(
     the one it asked for."""
     from hostkit.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="already runs"):
+    with pytest.raises(ConfigError, match=r"already runs .* with another conversation than"):
         await hn.start(conversation="elsewhere")
     assert await hn.start(conversation=notebook.facts.conversation_key) is notebook
     # A bare start (what the %%agent magic calls) takes the running Host in any conversation.
