@@ -188,6 +188,8 @@ class LocalModel:
         # here, off the event loop. Without the SDK, provider() raises as it always did.
         with suppress(ImportError):
             await anyio.to_thread.run_sync(importlib.import_module, _ADAPTER_MODULE)
+        # The health poll's HTTP client too (a core dependency, loaded on first use).
+        await anyio.to_thread.run_sync(importlib.import_module, "httpx")
         config = {
             "model_path": str(path),
             "alias": path.stem,

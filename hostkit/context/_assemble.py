@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain
+from typing import TypeVar
 
 from hostkit.context._estimate import Estimator
 from hostkit.types import LayerSummary, ModelMessage, ToolDefinition
@@ -32,6 +33,7 @@ __all__ = [
     "floor_tokens",
     "group_history",
     "leading_results",
+    "prune_group",
     "prune_results",
     "pruned_stub",
 ]
@@ -81,9 +83,11 @@ class SizeMemo:
     """Uncalibrated token counts of messages and of one definitions tuple, for one estimator.
 
     Messages are looked up by identity; each entry holds its message, so an
-    id is never reused while its entry exists. Past ``limit`` entries the
-    memo starts afresh (what was dropped is counted again when next needed),
-    which bounds it without any bookkeeping of which messages are still in use.
+    id is never reused while its entry exists. The window that owns the memo
+    forgets the entries of the rows (and their groups and stubs) that leave
+    it, so what it still holds is never counted again; past ``limit``
+    entries, the oldest is dropped: one that nothing forgot (a turn's own
+    messages, a cut text), older than every row still held.
     """
 
     __slots__ = ("definitions", "groups", "limit", "messages", "view")
@@ -96,6 +100,27 @@ class SizeMemo:
         self.definitions: tuple[Sequence[ToolDefinition], int] | None = None
         # The counts of one ``HistoryView``'s messages, in order, and their sum.
         self.view: _Counted | None = None
+
+    def forget(self, message: ModelMessage) -> None:
+        """Drop ``message``'s count: it left the window."""
+        found = self.messages.get(id(message))
+        if found is not None and found[0] is message:
+            del self.messages[id(message)]
+
+    def forget_group(self, group: Group) -> None:
+        """Drop ``group``'s counts: it left the window (its messages are forgotten apart)."""
+        found = self.groups.get(id(group))
+        if found is not None and found[0] is group:
+            del self.groups[id(group)]
+
+
+_T = TypeVar("_T")
+
+
+def _make_room(entries: dict[int, _T], limit: int) -> None:
+    """Drop ``entries``' oldest until one more fits in ``limit``."""
+    while len(entries) >= limit:
+        del entries[next(iter(entries))]
 
 
 class CalibratedEstimator:
@@ -124,8 +149,7 @@ class CalibratedEstimator:
         if found is not None and found[0] is message:
             return found[1]
         size = self.base.message(message)
-        if len(memo.messages) >= memo.limit:
-            memo.messages.clear()
+        _make_room(memo.messages, memo.limit)
         memo.messages[id(message)] = (message, size)
         return size
 
@@ -140,8 +164,7 @@ class CalibratedEstimator:
             return found[1], found[2]
         counts = tuple(self.raw(m) for m in group.messages)
         total = sum(counts)
-        if len(memo.groups) >= memo.limit:
-            memo.groups.clear()
+        _make_room(memo.groups, memo.limit)
         memo.groups[id(group)] = (group, counts, total)
         return counts, total
 
@@ -440,18 +463,19 @@ class History:
         self._built.append(built)
         self._flat.extend(built.messages)
 
-    def popleft(self) -> tuple[int, ModelMessage]:
+    def popleft(self) -> tuple[int, ModelMessage, Group | None]:
         """Drop the oldest row; a group that loses its head goes with it (its results are
-        orphans now)."""
+        orphans now). Returns the row and that group (None when the row headed none)."""
         self._view = None
         seq, message = self._rows.popleft()
+        gone = None
         if self._groups and self._groups[0].seqs[0] == seq:
             self._groups.popleft()
             gone = self._built.popleft()
             for _ in gone.messages:
                 self._flat.popleft()
             self._dropped += len(gone.messages)
-        return seq, message
+        return seq, message, gone
 
     def groups(self, answered_now: frozenset[str] = _NOTHING) -> list[Group]:
         """The groups, oldest first."""
@@ -486,12 +510,19 @@ def pruned_stub(message: ModelMessage) -> str:
     )
 
 
-def prune_results(groups: Sequence[Group], *, protect_tail: int) -> tuple[list[Group], int]:
+def prune_results(
+    groups: Sequence[Group],
+    *,
+    protect_tail: int,
+    prune: Callable[[Group], tuple[Group, int]] | None = None,
+) -> tuple[list[Group], int]:
     """Replace long tool results outside the protected tail by stubs; returns (groups, count).
 
     The cheapest reduction: the call stays, the model learns what was there
-    and how large it was, and the group stays whole.
+    and how large it was, and the group stays whole. ``prune`` is
+    ``prune_group`` or what keeps its answers (``SessionWindow.pruned``).
     """
+    prune = prune or prune_group
     cut = max(0, len(groups) - protect_tail)
     pruned = 0
     out: list[Group] = []
@@ -499,15 +530,22 @@ def prune_results(groups: Sequence[Group], *, protect_tail: int) -> tuple[list[G
         if index >= cut:
             out.append(group)
             continue
-        messages = []
-        for message in group.messages:
-            if message.role == "tool" and len(message.content) > PRUNE_MIN_CHARS:
-                messages.append(replace(message, content=pruned_stub(message)))
-                pruned += 1
-            else:
-                messages.append(message)
-        out.append(Group(tuple(messages), group.seqs))
+        stubbed, count = prune(group)
+        out.append(stubbed)
+        pruned += count
     return out, pruned
+
+
+def prune_group(group: Group) -> tuple[Group, int]:
+    """``group`` with its long tool results as stubs, and how many; ``group`` when none is."""
+    messages = tuple(
+        replace(message, content=pruned_stub(message))
+        if message.role == "tool" and len(message.content) > PRUNE_MIN_CHARS
+        else message
+        for message in group.messages
+    )
+    count = sum(a is not b for a, b in zip(messages, group.messages, strict=True))
+    return (Group(messages, group.seqs), count) if count else (group, 0)
 
 
 def cut_current(

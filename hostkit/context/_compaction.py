@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -123,6 +124,8 @@ class _Summary:
 
 # How summarizer requests are estimated (its tokenizer is not known here: errs high).
 _ESTIMATE = CharEstimator()
+# Sessions whose cooldown one compactor remembers (the most recent ones).
+_COOLDOWNS = 1024
 
 
 def cutoff_of(summary: CommittedSummary | None) -> int | None:
@@ -200,6 +203,10 @@ class SessionCompactor:
         self._max_chars = summary_max_chars
         self._release_timeout_s = release_timeout_s
         self._clock = store.now if clock is None else clock
+        # Each session's cooldown end as this compactor's commit or a refusal told it, and
+        # the summary it was for, least recently told first: a step over the window during
+        # a cooldown learns it here instead of in a write transaction.
+        self._cooldowns: OrderedDict[str, tuple[float, CommittedSummary | None]] = OrderedDict()
 
     async def committed(self, session_id: str) -> CommittedSummary | None:
         """The session's committed summary (one read), or None."""
@@ -227,13 +234,18 @@ class SessionCompactor:
         ``reread`` or ``busy``. Cancellation releases the lease (shielded),
         commits nothing and re-raises; other errors release it and re-raise.
         Raises ``InvalidValue`` for out-of-order seqs and ``StoreError`` when
-        the store fails.
+        the store fails. A cooldown this compactor knows of (for the caller's
+        cutoff) answers ``cooldown`` without a transaction; a cutoff another
+        Host moved meanwhile is the caller's next read's to see.
         """
         pairs = _checked(messages, expected_cutoff)
         if not pairs:
             return CompactionOutcome(
                 "stale", await self.committed(session_id), detail="nothing to compact"
             )
+        cooling = None if force else self._cooling(session_id, expected_cutoff)
+        if cooling is not None:
+            return cooling
         lease_id = new_id("clease")
         try:
             take = await self._take(session_id, expected_cutoff, lease_id, force, dead_lease=None)
@@ -250,6 +262,8 @@ class SessionCompactor:
         if take.kind == "reread":
             return CompactionOutcome("reread", take.summary, detail="the cutoff moved")
         if take.kind == "cooldown":
+            if take.cooldown_until is not None:
+                self._cool(session_id, take.cooldown_until, take.summary)
             return CompactionOutcome("cooldown", take.summary, detail="compacted recently")
         if take.kind == "held":
             return await self._wait(session_id, expected_cutoff, take.holder_lease)
@@ -260,6 +274,26 @@ class SessionCompactor:
         except BaseException:
             await self._release(session_id, lease_id)
             raise
+
+    def _cooling(self, session_id: str, expected_cutoff: int | None) -> CompactionOutcome | None:
+        """The ``cooldown`` the store would answer, when a known cooldown still runs for
+        ``expected_cutoff``; None: ask the store."""
+        known = self._cooldowns.get(session_id)
+        if known is None:
+            return None
+        until, summary = known
+        if until <= self._clock():
+            del self._cooldowns[session_id]
+            return None
+        if cutoff_of(summary) != expected_cutoff:
+            return None
+        return CompactionOutcome("cooldown", summary, detail="compacted recently")
+
+    def _cool(self, session_id: str, until: float, summary: CommittedSummary | None) -> None:
+        self._cooldowns[session_id] = (until, summary)
+        self._cooldowns.move_to_end(session_id)
+        if len(self._cooldowns) > _COOLDOWNS:
+            self._cooldowns.popitem(last=False)
 
     async def _take(
         self,
@@ -337,6 +371,7 @@ class SessionCompactor:
                 detail="the compaction lease was lost before the commit",
                 usage=made.usage,
             )
+        self._cool(session_id, cooldown_until, committed)
         return CompactionOutcome(
             "committed",
             committed,

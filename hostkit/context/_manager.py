@@ -105,8 +105,9 @@ class ContextManager:
     A step costs what is new since the last one: the manager keeps each
     session's window (decoded messages, groups, token counts per estimator)
     in an LRU of ``window_cache`` sessions holding at most ``window_cache_chars``
-    characters of text (64 MiB by default), and each ``prepare`` reads only
-    the rows after the newest one it holds, together with the summary's
+    characters (64 MiB by default; their text and what holding each message
+    takes beyond it, so about that many bytes of memory), and each ``prepare``
+    reads only the rows after the newest one it holds, together with the summary's
     cutoff, the bootstrap snapshot and the calibration, in one read. Another
     Host appending to the session is seen at the next read; a moved cutoff
     (compaction) makes it a full read. Results are exactly those of reading
@@ -191,8 +192,9 @@ class ContextManager:
 
     @property
     def cached_chars(self) -> int:
-        """About how much text the cached windows hold (at most ``window_cache_chars``,
-        or the one window a turn is using when that alone is more)."""
+        """About how much memory the cached windows take, in characters of text and what
+        holding them costs (at most ``window_cache_chars``, or the one window a turn is
+        using when that alone is more)."""
         return self._cached_chars
 
     @property
@@ -216,6 +218,7 @@ class ContextManager:
             await self._write_unwritten()
         window = await self._read(request)
         estimate, exact = self._estimator(request, window)
+        window.asked = request.messages
         answered = leading_results(request.messages)
         view, calls = split_answered(window.history.view(answered))
         if calls:
@@ -830,7 +833,10 @@ class ContextManager:
         fit = fit_groups(groups, room, estimate, sizes=sizes, **protect)
         if fit.dropped_messages == 0:
             return fit, 0, None
-        pruned_groups, pruned = prune_results(groups, protect_tail=self._protect_tail)
+        # The window keeps each group's pruned form: its stubs are counted once, not per step.
+        pruned_groups, pruned = prune_results(
+            groups, protect_tail=self._protect_tail, prune=window.pruned
+        )
         sizes = [estimate.group(group) for group in pruned_groups]
         fit = fit_groups(pruned_groups, room, estimate, sizes=sizes, **protect)
         if fit.dropped_messages == 0 or not compact:

@@ -3,18 +3,19 @@
 The transcript is append-only and every new message's seq follows the
 committed ones, so a window read once stays true: later reads only need the
 rows after the newest seq it holds, under the same cutoff. The window keeps
-the decoded messages, their groups (``History``), their token counts per
-estimator (``SizeMemo``) and the system messages built around them, so a step
-costs what is new since the last one, not what the window holds.
+the decoded messages, their groups (``History``), the groups with their old
+results pruned to stubs, their token counts per estimator (``SizeMemo``) and
+the system messages built around them, so a step costs what is new since the
+last one, not what the window holds. What leaves the window leaves its memos.
 """
 
 from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from hostkit.context._assemble import Head, History, SizeMemo
+from hostkit.context._assemble import Group, Head, History, SizeMemo, prune_group
 from hostkit.freeze import thaw
 from hostkit.store import Calibration, ContextState
 from hostkit.types import ModelMessage
@@ -27,8 +28,14 @@ _Row = tuple[int, ModelMessage, str | None]
 _MAX_MEMOS = 4
 # System messages one window keeps (instructions, bootstrap, summary, contributions).
 _MAX_HEADS = 64
-# What one held message costs beyond its text, in characters (objects, ids, groups).
-_MESSAGE_OVERHEAD = 256
+# What one held message costs beyond its text, in characters (a byte each, as ASCII text
+# takes): the message and its row, turn id, group, view and count entries. Measured with
+# tracemalloc over a full cache of windows of short tool groups (tests/contract/
+# test_context_window.py::test_the_window_cache_bound_is_the_memory_it_takes): about 1,400
+# bytes a message, rounded up.
+_MESSAGE_OVERHEAD = 1_536
+# What one window costs whatever it holds (its queues, memos, head messages): about 9 KB.
+_WINDOW_OVERHEAD = 9_216
 
 
 def _held_chars(message: ModelMessage) -> int:
@@ -55,6 +62,7 @@ class SessionWindow:
     __slots__ = (
         "_rows_chars",
         "_turns",
+        "asked",
         "bootstrap",
         "bootstrap_looked",
         "calibration",
@@ -68,6 +76,7 @@ class SessionWindow:
         "memos",
         "older",
         "own",
+        "pruned_groups",
         "summary",
         "turn_id",
     )
@@ -94,16 +103,26 @@ class SessionWindow:
         self.last_seq: int | None = None
         self.turn_id = state.turn_id
         self.history = History()
+        # Each held group's pruned form (``pruned``) by the seq of its head, and the count.
+        self.pruned_groups: dict[int, tuple[Group, Group, int]] = {}
+        # The messages ``turn_id``'s last step asked with: counted, and dead once it ends
+        # (its rows come back read from the store, new objects).
+        self.asked: tuple[ModelMessage, ...] = ()
         self._turns: deque[str | None] = deque()
         self.own: list[_Row] = []
         self._rows_chars = 0
         self.older = state.older
+        if previous is not None:
+            # A full read decodes every row anew: what the old window held is never counted again.
+            messages, groups = previous._holding()
+            previous._forget([*messages, *previous.asked], groups)
         self._load(((r.seq, r.message, r.turn_id) for r in state.rows), state.turn_id, state.older)
 
     @property
     def chars(self) -> int:
         """About how much memory the window holds, in characters: what a cache bounds."""
-        return self._rows_chars + len(self.bootstrap or "") + len(self.summary or "")
+        text = len(self.bootstrap or "") + len(self.summary or "")
+        return _WINDOW_OVERHEAD + self._rows_chars + text
 
     @property
     def exact(self) -> bool:
@@ -117,6 +136,8 @@ class SessionWindow:
         """Make ``history`` the window of ``turn_id``: a new turn's predecessor becomes history."""
         if turn_id == self.turn_id:
             return
+        self._forget(self.asked, ())
+        self.asked = ()
         moved = self.own
         last = self.history.last_seq
         interleaved = bool(moved) and last is not None and moved[0][0] < last
@@ -183,9 +204,46 @@ class SessionWindow:
         self.heads[slot] = (text, message)
         return message
 
+    def pruned(self, group: Group) -> tuple[Group, int]:
+        """``prune_group(group)``, the same objects while ``group`` is held: counted once."""
+        key = group.seqs[0]
+        found = self.pruned_groups.get(key)
+        if found is not None and found[0] is group:
+            return found[1], found[2]
+        if found is not None:  # another view's group of the same rows
+            self._forget(_stubs(found), (found[1],))
+        stubbed, count = prune_group(group)
+        if count:
+            self.pruned_groups[key] = (group, stubbed, count)
+        return stubbed, count
+
     # -- rows ------------------------------------------------------------------------
 
+    def _holding(self) -> tuple[list[ModelMessage], list[Group]]:
+        """The messages and groups held, stubs and pruned groups included."""
+        messages = [message for _, message in self.history.rows]
+        messages += [row[1] for row in self.own]
+        groups = list(self.history.view().groups)
+        for found in self.pruned_groups.values():
+            messages += _stubs(found)
+            groups.append(found[1])
+        return messages, groups
+
+    def _forget(self, messages: Sequence[ModelMessage], groups: Sequence[Group]) -> None:
+        """Drop the counts of what left the window: nothing asks for them again."""
+        for memo in self.memos.values():
+            for message in messages:
+                memo.forget(message)
+            for group in groups:
+                memo.forget_group(group)
+
     def _load(self, rows: Iterable[_Row], turn_id: str, older: bool) -> None:
+        rows = list(rows)
+        held, groups = self._holding()
+        kept = {id(row[1]) for row in rows}
+        # Regrouped rows are the same messages (their counts stay); the groups are new.
+        self._forget([m for m in held if id(m) not in kept], groups)
+        self.pruned_groups = {}
         self.turn_id = turn_id
         self.history = History()
         self._turns = deque()
@@ -213,6 +271,19 @@ class SessionWindow:
 
     def _trim(self) -> None:
         while len(self.history) > self.limit:
-            self._rows_chars -= _held_chars(self.history.popleft()[1])
+            seq, message, group = self.history.popleft()
+            self._rows_chars -= _held_chars(message)
             self._turns.popleft()
             self.older = True
+            messages, groups = [message], [] if group is None else [group]
+            found = self.pruned_groups.pop(seq, None)
+            if found is not None:
+                messages += _stubs(found)
+                groups.append(found[1])
+            self._forget(messages, groups)
+
+
+def _stubs(pruned: tuple[Group, Group, int]) -> list[ModelMessage]:
+    """The stubs a pruned group holds in place of its group's results."""
+    group, stubbed, _ = pruned
+    return [m for m, o in zip(stubbed.messages, group.messages, strict=True) if m is not o]

@@ -677,7 +677,7 @@ def take_lease(
     if held is not None:
         cooldown = held.cooldown_until
         if cooldown is not None and cooldown > now_epoch and not force:
-            return LeaseTake("cooldown", summary)
+            return LeaseTake("cooldown", summary, cooldown_until=cooldown)
         live = held.expires_at is not None and held.expires_at >= now_epoch
         if held.lease_id is not None and live and held.lease_id != dead_lease:
             return LeaseTake("held", summary, held.lease_id, held.owner)

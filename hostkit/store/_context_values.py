@@ -160,7 +160,8 @@ class LeaseTake:
 
     - ``taken``: the caller now holds the lease; ``summary`` is the one it revalidated.
     - ``reread``: the committed cutoff is not the caller's; ``summary`` is the current one.
-    - ``cooldown``: the session compacted recently (and ``force`` was not given).
+    - ``cooldown``: the session compacted recently (and ``force`` was not given);
+      ``cooldown_until`` says until when (epoch seconds of the store's clock).
     - ``held``: another live holder: ``holder_lease`` and ``holder_owner`` name it.
     """
 
@@ -168,3 +169,4 @@ class LeaseTake:
     summary: CommittedSummary | None
     holder_lease: str | None = None
     holder_owner: str | None = None
+    cooldown_until: float | None = None

@@ -467,6 +467,62 @@ async def test_cooldown_refuses_and_force_overrides(
     assert later.kind == "committed"
 
 
+async def test_a_known_cooldown_is_answered_without_a_transaction(
+    store: RuntimeStore, authority: AuthorityResolver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each step over the window during a cooldown asked for the lease (a write
+    transaction) only to hear ``cooldown``: a compactor now remembers the cooldown its
+    commit set, or a refusal named, for the cutoff it was for, until it passes."""
+    session_id, pairs = await session_with(store, authority, chat(8))
+    takes: list[str] = []
+    take = store.context.take_compaction_lease
+
+    async def counted_take(session: str, **kwargs):  # type: ignore[no-untyped-def]
+        takes.append(session)
+        return await take(session, **kwargs)
+
+    monkeypatch.setattr(store.context, "take_compaction_lease", counted_take)
+    clock = [5000.0]
+    compactor_a = await compactor(store, cooldown_s=60.0, clock=lambda: clock[0])
+    first = await compactor_a.compact(
+        session_id, messages=pairs[:2], expected_cutoff=None, summarizer=Fixed("one")
+    )
+    assert first.kind == "committed"
+    assert first.summary is not None
+    cutoff = first.summary.cutoff_seq
+    for _ in range(3):
+        refused = await compactor_a.compact(
+            session_id, messages=pairs[2:4], expected_cutoff=cutoff, summarizer=Fixed()
+        )
+        assert (refused.kind, refused.summary) == ("cooldown", first.summary)
+    assert len(takes) == 1
+    # Another Host's compactor learns the cooldown from the store's refusal, once.
+    compactor_b = await compactor(store, "host-b", cooldown_s=60.0, clock=lambda: clock[0])
+    for _ in range(3):
+        refused = await compactor_b.compact(
+            session_id, messages=pairs[2:4], expected_cutoff=cutoff, summarizer=Fixed()
+        )
+        assert (refused.kind, refused.summary) == ("cooldown", first.summary)
+    assert len(takes) == 2
+    # A cutoff it does not know (another Host forced a compaction) asks the store.
+    forced = await compactor_b.compact(
+        session_id, messages=pairs[2:4], expected_cutoff=cutoff, summarizer=Fixed("two"), force=True
+    )
+    assert forced.kind == "committed"
+    assert forced.summary is not None
+    moved = forced.summary.cutoff_seq
+    refused = await compactor_a.compact(
+        session_id, messages=pairs[4:6], expected_cutoff=moved, summarizer=Fixed()
+    )
+    assert (refused.kind, refused.summary, len(takes)) == ("cooldown", forced.summary, 4)
+    # Once the cooldown passed, the lease is taken again.
+    clock[0] += 61
+    later = await compactor_a.compact(
+        session_id, messages=pairs[4:6], expected_cutoff=moved, summarizer=Fixed("three")
+    )
+    assert (later.kind, len(takes)) == ("committed", 5)
+
+
 async def test_a_stale_expected_cutoff_rereads_without_summarizing(
     store: RuntimeStore, authority: AuthorityResolver
 ) -> None:

@@ -7,10 +7,12 @@ Hosts and compactions changes costs, never messages or figures.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import random
 import re
 import threading
+import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -31,12 +33,15 @@ from hostkit.context import (
 from hostkit.context._assemble import (
     UNANSWERED,
     CalibratedEstimator,
+    Group,
     History,
     SizeMemo,
     group_history,
+    prune_results,
 )
+from hostkit.context._window import SessionWindow
 from hostkit.errors import ConfigError, StoreError
-from hostkit.store import ContextState, LeaseOwner, RuntimeStore, SqliteStore
+from hostkit.store import ContextState, HistoryRow, LeaseOwner, RuntimeStore, SqliteStore
 from hostkit.types import (
     Attachment,
     AttachmentPart,
@@ -400,7 +405,7 @@ async def test_the_window_cache_is_bounded_by_the_text_it_holds(
 ) -> None:
     """Few sessions of long messages are bounded too: 256 windows of 200 messages of
     100,000 characters would otherwise be gigabytes in a long-running Host."""
-    manager = ContextManager(store, window_cache=100, window_cache_chars=50_000)
+    manager = ContextManager(store, window_cache=100, window_cache_chars=80_000)
     sessions = []
     for index in range(5):
         session = Session(store, await authority.for_conversation(facts(f"big {index}")))
@@ -409,9 +414,10 @@ async def test_the_window_cache_is_bounded_by_the_text_it_holds(
         await same_as_uncached(
             manager, store, request(session.scope, f"t{index}", [ModelMessage("user", "q")])
         )
-        # Two windows of about 20,000 characters fit in 50,000; a third does not.
+        # Two windows of about 20,000 characters (and what holding them costs, some 10,000)
+        # fit in 80,000; a third does not.
         assert manager.cached_sessions == min(index + 1, 2)
-        assert 20_000 * manager.cached_sessions < manager.cached_chars <= 50_000
+        assert 20_000 * manager.cached_sessions < manager.cached_chars <= 80_000
     # An evicted session reads again, and still right.
     again = await same_as_uncached(
         manager, store, request(sessions[0].scope, "t9", [ModelMessage("user", "q")])
@@ -429,6 +435,51 @@ async def test_the_window_cache_is_bounded_by_the_text_it_holds(
     with pytest.raises(ConfigError) as refused:
         ContextManager(store, window_cache_chars=0)
     assert refused.value.key == "window_cache_chars"
+
+
+async def test_the_window_cache_bound_is_the_memory_it_takes(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    """``window_cache_chars`` bounds what the cached windows take in memory as tracemalloc
+    measures it, not only their text: a held message's objects (row, group, view, counts)
+    take about 1.4 KB beyond its text, and a cache of short messages used to take six
+    times its bound."""
+    sessions = []
+    for index in range(6):
+        session = Session(store, await authority.for_conversation(facts(f"memory {index}")))
+        for turn in range(15):
+            call = ToolCall(f"call_{turn}", "notes_read", {"text": "ping"})
+            for message in (
+                ModelMessage("user", "hi"),
+                ModelMessage("assistant", "", (call,)),
+                ModelMessage("tool", "echo: ping", tool_call_id=call.call_id, name="notes_read"),
+                ModelMessage("assistant", "done"),
+            ):
+                await session.append(message, f"h{turn}")
+        sessions.append(session)
+    # What the first prepare of a process builds once (tables, caches) is not the windows'.
+    warm = ContextManager(store)
+    await warm.prepare(request(sessions[0].scope, "t_warm", [ModelMessage("user", "q")]))
+    await warm.flush("t_warm")
+    del warm
+    bound = 400_000
+    manager = ContextManager(store, history_window=60, window_cache_chars=bound)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for index, session in enumerate(sessions):
+            for step in range(2):
+                ask = request(session.scope, f"t{index}", [ModelMessage("user", "q")], step=step)
+                await manager.prepare(ask)
+            await manager.flush(f"t{index}")
+        gc.collect()
+        taken = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert 1 < manager.cached_sessions < len(sessions)  # the bound evicted some
+    assert manager.cached_chars <= bound
+    assert bound // 2 < taken <= bound, taken
 
 
 async def test_the_text_a_window_holds_is_counted_as_rows_come_and_go(
@@ -451,9 +502,10 @@ async def test_the_text_a_window_holds_is_counted_as_rows_come_and_go(
                 history_window=4,
             )
         figures.append(manager.cached_chars)
-    # Four history rows and what this turn's rows the window holds: 1,000 characters each
-    # and some overhead, the same figure at every turn.
-    assert all(4_000 < figure < 6 * (1_000 + 1_000) for figure in figures[3:])
+    # Four history rows and what this turn's rows the window holds: 1,000 characters each,
+    # what holding each costs (some 1,500) and the window's own (some 9,000), the same
+    # figure at every turn.
+    assert all(4_000 < figure < 6 * (1_000 + 2_000) + 10_000 for figure in figures[3:])
     assert len(set(figures[3:])) == 1
 
 
@@ -751,6 +803,102 @@ async def test_each_history_message_is_estimated_once_and_the_figures_do_not_cha
         count == 1 for text, count in counting_estimator.calls.items() if text.startswith("history")
     )
     assert all(count <= 2 for count in counting_estimator.calls.values()), counting_estimator.calls
+
+
+async def test_history_over_the_window_is_estimated_once_and_its_pruning_kept(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    """History that fits only pruned: each row and each result's stub is counted once,
+    however many turns use them, and the figures are those of a manager that never kept
+    a window. Each step used to build new stubs (counted anew, every group's memo entry
+    missed) and the memo, filled with them, started afresh every few turns."""
+    session = Session(store, await authority.for_conversation(facts("over the window")))
+    counting_estimator = Counting()
+    registry, fresh_registry = EstimatorRegistry(), EstimatorRegistry()
+    registry.register(counting_estimator)
+    fresh_registry.register(Counting())
+    limits = ModelLimits(3_000, 256, estimator_id="counting", safety_margin_tokens=100)
+    options: dict[str, Any] = {"history_window": 16}
+    manager = ContextManager(store, estimators=registry, **options)
+    for turn in range(14):
+        call = ToolCall(f"c{turn}", "notes_read", {"n": turn})
+        for message in (
+            ModelMessage("user", f"history ask {turn}"),
+            ModelMessage("assistant", f"reading {turn}", (call,)),
+            ModelMessage(
+                "tool", "r" * (4_000 + turn), tool_call_id=call.call_id, name="notes_read"
+            ),
+            ModelMessage("assistant", f"history answer {turn}"),
+        ):
+            await session.append(message, f"h{turn}")
+        ask = request(
+            session.scope, f"t{turn}", [ModelMessage("user", f"ask {turn}")], limits=limits
+        )
+        ready = await same_as_uncached(manager, store, ask, estimators=fresh_registry, **options)
+        await manager.flush(f"t{turn}")
+        history = next(layer for layer in ready.layers if layer.name == "history")
+        assert turn < 3 or history.pruned >= 2  # old results are stubs
+    assert any(text.startswith("[pruned:") for text in counting_estimator.calls)
+    assert all(count == 1 for count in counting_estimator.calls.values()), {
+        text[:40]: count for text, count in counting_estimator.calls.items() if count > 1
+    }
+
+
+def test_a_full_size_memo_drops_its_oldest_count_not_every_count() -> None:
+    """Past its limit a memo drops its oldest entry; it used to start afresh, and every
+    message of the window was counted again."""
+    counting_estimator = Counting()
+    memo = SizeMemo(4)
+    estimate = CalibratedEstimator(counting_estimator, 1.0, memo)
+    messages = [ModelMessage("user", f"m{index}") for index in range(5)]
+    groups = [Group((message,), (index,)) for index, message in enumerate(messages)]
+    for group in groups:
+        estimate.raw_group(group)
+    for group in groups[1:]:
+        estimate.raw_group(group)
+    assert counting_estimator.calls == {f"m{index}": 1 for index in range(5)}
+    assert len(memo.messages) == len(memo.groups) == 4
+
+
+def test_what_leaves_a_window_leaves_its_memo_and_its_stubs_are_kept() -> None:
+    """Rows trimmed from a window take their counts, their groups' and their stubs' with
+    them; a held group's pruned form is the same object at every step (counted once)."""
+    rows: list[HistoryRow] = []
+    for turn in range(12):
+        call = ToolCall(f"c{turn}", "notes_read", {"n": turn})
+        rows += [
+            HistoryRow(3 * turn + 1, ModelMessage("assistant", f"call {turn}", (call,)), "old"),
+            HistoryRow(
+                3 * turn + 2,
+                ModelMessage("tool", "r" * (500 + turn), tool_call_id=call.call_id, name="n"),
+                "old",
+            ),
+            HistoryRow(3 * turn + 3, ModelMessage("assistant", f"answer {turn}"), "old"),
+        ]
+    window = SessionWindow(ContextState(None, None, tuple(rows[:9]), False, None, None, "t"), 9)
+    counting_estimator = Counting()
+    memo = window.memo(counting_estimator.estimator_id)
+    estimate = CalibratedEstimator(counting_estimator, 1.0, memo)
+    for end in range(9, len(rows) + 1, 3):
+        state = ContextState(None, None, tuple(rows[end - 3 : end]), False, None, None, "t")
+        assert end == 9 or window.extend(replace(state, after=end - 3))
+        for _ in range(2):  # two steps
+            groups, pruned = prune_results(
+                window.history.view().groups, protect_tail=2, prune=window.pruned
+            )
+            assert pruned == 2
+            for group in groups:
+                estimate.raw_group(group)
+        # The memo holds only what the window holds: its rows and groups, their stubs.
+        pruned_forms = [found[1] for found in window.pruned_groups.values()]
+        messages = [message for _, message in window.history.rows]
+        messages += [m for group in pruned_forms for m in group.messages]
+        held = {id(message) for message in messages}
+        held_groups = {id(group) for group in (*window.history.view().groups, *pruned_forms)}
+        assert {id(entry[0]) for entry in memo.messages.values()} <= held
+        assert {id(entry[0]) for entry in memo.groups.values()} <= held_groups
+        assert len(window.pruned_groups) == 2
+    assert all(count == 1 for count in counting_estimator.calls.values())
 
 
 async def test_tool_schemas_are_counted_once_while_they_stay_the_same(
