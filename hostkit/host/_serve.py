@@ -347,8 +347,9 @@ class HostDaemon(Background):
         if (turns := self.worker.turns.snapshot().check()) is not None:
             checks["turns"] = turns
         # An agent's provider found unreachable: its messages wait (the same reasoning).
-        if outages := self.worker.outages.views():
-            checks["providers"] = outage_checks(outages, self.worker.inbox.now())
+        now = self.worker.inbox.now()
+        if outages := self.worker.outages.views(now):
+            checks["providers"] = outage_checks(outages, now)
         return self.ready, checks
 
     # -- control ----------------------------------------------------------------------

@@ -359,6 +359,11 @@ class ChannelInbox:
         self._forget(claimed)
         return deferred
 
+    async def bring_forward(self, inbound_ids: Sequence[str], *, due_at: float) -> int:
+        """Make those of ``inbound_ids`` still waiting due at ``due_at`` if due later (a
+        provider outage's verdict wakes the inbounds deferred for it); how many were."""
+        return await self._store.bring_forward(inbound_ids, due_at=due_at, now=self._clock())
+
     async def release_all(self) -> int:
         """Release every claim this inbox still holds (worker shutdown); how many were."""
         return await uninterrupted(self._release_held())

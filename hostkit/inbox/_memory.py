@@ -245,6 +245,19 @@ class MemoryInboxStore(InboxStore):
                     expired += 1
         return expired
 
+    async def bring_forward(self, inbound_ids: Sequence[str], *, due_at: float, now: float) -> int:
+        await anyio.lowlevel.checkpoint()
+        named = inbox_checks.check_inbound_ids(inbound_ids)
+        due = inbox_checks.check_instant("due_at", due_at)
+        at = inbox_checks.check_instant("now", now)
+        moved = 0
+        for inbound_id in named:
+            row = self._rows.get(inbound_id)
+            if row is not None and row.state == "ready" and (row.due_at or 0.0) > due:
+                self._put(row, replace(row, due_at=due, updated_at=at))
+                moved += 1
+        return moved
+
     async def reserve_turn(self, inbound_id: str, claim_token: str, *, now: float) -> bool:
         await anyio.lowlevel.checkpoint()
         row = self._holding(inbound_id, claim_token, now)

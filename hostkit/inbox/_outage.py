@@ -6,25 +6,33 @@ and answer each with the Host's failure notice. Instead, the first turn that
 fails with its provider unreachable (``TurnResult.provider_unavailable``)
 opens the agent's breaker: its inbounds are deferred, their attempts not
 spent, while the outage backs off exponentially (``RetryPolicy.delay``: from
-``base_delay_s`` to ``max_delay_s``). When the backoff ends, one inbound at a
-time goes through as the probe (half-open); a probe the model answers closes
-the breaker, one that finds the provider down again doubles the backoff.
+``base_delay_s`` to ``max_delay_s``, never sooner than the provider's own
+``Retry-After``). When the backoff ends, one inbound at a time goes through
+as the probe (half-open); a probe the model answers closes the breaker, one
+that finds the provider down again doubles the backoff. The inbounds deferred
+meanwhile are remembered (bounded): a verdict makes them due again (at the
+next probe, or at once and first when the breaker closes), so while a probe
+runs they wait for its verdict rather than for a guess of its length.
 Other agents keep being served. Keyed by agent (the worker's route), the one
-thing the worker knows of a turn before it runs.
+thing the worker knows of a turn before it runs. A breaker nothing has asked
+about for two longest backoffs (the agent gets no more messages, a reload
+routed them elsewhere) is forgotten.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from hostkit.errors import bounded
 from hostkit.inbox._policy import RetryPolicy
+from hostkit.store import MAX_BRING_FORWARD
 from hostkit.types import plural
 
-__all__ = ["OutageView", "ProviderOutages", "Verdict", "outage_checks"]
+__all__ = ["OutageView", "ProviderOutages", "Verdict", "Wake", "outage_checks"]
 
 _log = logging.getLogger("hostkit.inbox")
 
@@ -46,95 +54,158 @@ class OutageView:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """What a verdict asks of the store: make these deferred inbounds due at ``due_at``
+    (the next probe's time, or the opening's when the breaker closed: before any
+    inbound accepted since, so the backlog goes first, in its order)."""
+
+    inbound_ids: tuple[str, ...]
+    due_at: float
+
+
 @dataclass(slots=True)
 class _Outage:
+    opening: int
     since: float
     failures: int
     retry_at: float
     reason: str
+    # When a turn of the agent last asked (deferred or probed): an idle breaker is forgotten.
+    touched: float
     probing: bool = False
     deferred: int = 0
+    waiting: dict[str, None] = field(default_factory=dict)
+
+    def take(self, due_at: float) -> Wake | None:
+        ids, self.waiting = tuple(self.waiting), {}
+        return Wake(ids, due_at) if ids else None
 
 
 class ProviderOutages:
     """The open breakers of one worker's agents; every method is synchronous (no await
-    between a look and its change, so one probe at a time needs no lock)."""
+    between a look and its change, so one probe at a time needs no lock). In memory:
+    a restarted worker finds an outage again with its first turns."""
 
     def __init__(self, policy: RetryPolicy, rng: random.Random | None = None) -> None:
         self._policy = policy
         self._rng = rng or random.Random()
         self._open: dict[str, _Outage] = {}
+        self._openings = itertools.count(1)
 
-    def admit(self, agent: str, now: float) -> tuple[float | None, bool]:
-        """(When to try again, None: go ahead; whether this turn is the probe).
+    def admit(self, agent: str, now: float) -> tuple[float | None, int | None]:
+        """(When to try again, None: go ahead; the opening this turn probes, None if none).
 
         Closed: go ahead. Open: wait until the backoff ends, and then let one
-        turn through at a time; the others wait for its verdict.
+        turn through at a time; the others wait for its verdict, which wakes them
+        (``ended``), so they are deferred for as long as the policy allows.
         """
-        outage = self._open.get(agent)
+        outage = self._live(agent, now)
         if outage is None:
-            return None, False
+            return None, None
+        outage.touched = now
         if not outage.probing and now >= outage.retry_at:
             outage.probing = True
-            return None, True
+            return None, outage.opening
         if outage.probing:
-            return now + self._policy.delay(outage.failures, self._rng), False
-        return outage.retry_at, False
+            return now + self._policy.max_delay_s, None
+        return outage.retry_at, None
 
-    def waited(self, agent: str) -> None:
-        """An inbound of ``agent`` was deferred for its outage (counted for the log)."""
+    def waited(self, agent: str, inbound_id: str) -> None:
+        """``inbound_id`` of ``agent`` was deferred for its outage: a verdict wakes it."""
         if (outage := self._open.get(agent)) is not None:
             outage.deferred += 1
+            # Past the store's bound (one call wakes them), the rest wait out their
+            # deferral: at most ``max_delay_s``.
+            if len(outage.waiting) < MAX_BRING_FORWARD:
+                outage.waiting[inbound_id] = None
 
-    def ended(self, agent: str, now: float, verdict: Verdict, *, probe: bool, reason: str) -> None:
-        """A turn of ``agent`` that went through ended: open, close or back off its breaker.
+    def ended(
+        self,
+        agent: str,
+        now: float,
+        verdict: Verdict,
+        *,
+        probe: int | None,
+        reason: str,
+        retry_after: float | None = None,
+    ) -> Wake | None:
+        """A turn of ``agent`` that went through ended: open, close or back off its breaker;
+        the deferred inbounds its verdict makes due, if any.
 
-        A failure of a turn begun before the breaker opened (not the probe) changes
-        nothing: the outage is one event, however many turns it failed.
+        A failure of a turn that is not this opening's probe (begun before the
+        breaker opened, or probing an earlier opening) changes nothing: the
+        outage is one event, however many turns it failed. ``retry_after``, the
+        provider's own delay, holds the next probe back at least that long.
         """
         outage = self._open.get(agent)
         if verdict == "reached":
-            if outage is not None:
-                del self._open[agent]
-                _log.warning(
-                    "agent %s: its model provider answers again after %s; %s waited",
-                    agent,
-                    _duration(now - outage.since),
-                    plural(outage.deferred, "deferral"),
-                )
-            return
+            if outage is None:
+                return None
+            del self._open[agent]
+            _log.warning(
+                "agent %s: its model provider answers again after %s; %s waited",
+                agent,
+                _duration(now - outage.since),
+                plural(outage.deferred, "deferral"),
+            )
+            return outage.take(outage.since)
         if outage is None:
             if verdict == "unavailable":
-                retry_at = now + self._policy.delay(1, self._rng)
-                self._open[agent] = _Outage(now, 1, retry_at, bounded(reason, _REASON_CHARS))
+                why = bounded(reason, _REASON_CHARS)
+                retry_at = self._next_probe(now, 1, retry_after)
+                self._open[agent] = _Outage(next(self._openings), now, 1, retry_at, why, now)
                 _log.warning(
                     "agent %s: its model provider is unreachable (%s); its messages wait "
                     "for it (up to %gs after each was received), one probe at a time",
                     agent,
-                    bounded(reason, _REASON_CHARS),
+                    why,
                     self._policy.provider_wait_s,
                 )
-            return
-        if not probe:
-            return
+            return None
+        if probe != outage.opening:
+            return None
         outage.probing = False
-        if verdict == "unavailable":
-            outage.failures += 1
-            outage.reason = bounded(reason, _REASON_CHARS)
-            outage.retry_at = now + self._policy.delay(outage.failures, self._rng)
-            _log.info(
-                "agent %s: its model provider is still unreachable (probe %d); next probe in %gs",
-                agent,
-                outage.failures,
-                round(outage.retry_at - now, 1),
-            )
+        if verdict != "unavailable":
+            return outage.take(now)
+        outage.failures += 1
+        outage.reason = bounded(reason, _REASON_CHARS)
+        outage.retry_at = self._next_probe(now, outage.failures, retry_after)
+        _log.info(
+            "agent %s: its model provider is still unreachable (probe %d); next probe in %gs",
+            agent,
+            outage.failures,
+            round(outage.retry_at - now, 1),
+        )
+        return outage.take(outage.retry_at)
 
-    def views(self) -> tuple[OutageView, ...]:
-        """The open breakers, by agent."""
+    def views(self, now: float) -> tuple[OutageView, ...]:
+        """The open breakers, by agent (an idle one is forgotten first)."""
         return tuple(
             OutageView(agent, o.since, o.failures, o.retry_at, o.reason)
-            for agent, o in sorted(self._open.items())
+            for agent in sorted(self._open)
+            if (o := self._live(agent, now)) is not None
         )
+
+    def _next_probe(self, now: float, failures: int, retry_after: float | None) -> float:
+        """The backoff after ``failures``, or the provider's ``Retry-After`` if longer
+        (held to ``provider_wait_s``: no message waits longer than that anyway)."""
+        delay = self._policy.delay(failures, self._rng)
+        asked = min(retry_after or 0.0, self._policy.provider_wait_s)
+        return now + max(delay, asked)
+
+    def _live(self, agent: str, now: float) -> _Outage | None:
+        """The agent's breaker, forgotten when no turn asked about it for two longest
+        backoffs after its next probe was due: every deferral is due again within one,
+        so no message waits for it any more (the agent was rerouted, or is quiet)."""
+        outage = self._open.get(agent)
+        if outage is None or outage.probing:
+            return outage
+        if now - max(outage.touched, outage.retry_at) > 2 * self._policy.max_delay_s:
+            del self._open[agent]
+            _log.info("agent %s: its outage breaker is forgotten, no message waits for it", agent)
+            return None
+        return outage
 
 
 def outage_checks(views: tuple[OutageView, ...], now: float) -> dict[str, str]:

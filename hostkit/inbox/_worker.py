@@ -54,7 +54,7 @@ from hostkit.errors import (
     bounded,
 )
 from hostkit.inbox._inbox import ChannelInbox
-from hostkit.inbox._outage import ProviderOutages, Verdict
+from hostkit.inbox._outage import ProviderOutages, Verdict, Wake
 from hostkit.inbox._outcomes import (
     failure_of,
     needs_no_turn,
@@ -505,20 +505,31 @@ class InboxWorker(Background):
             if not self._winding_down:
                 await self._wait_out(claimed, agent, due)
             return
-        owed = probe  # a probe owes its breaker a verdict, whatever ends it
+        owed = probe is not None  # a probe owes its breaker a verdict, whatever ends it
+        wakes: list[Wake] = []
 
         def ended(result: TurnResult | None) -> None:
             nonlocal owed
-            reason = "no reason recorded" if result is None else result.error or ""
-            verdict = _verdict(result)
-            self.outages.ended(agent, self._clock(), verdict, probe=owed, reason=reason)
             owed = False
+            reason = "no reason recorded" if result is None else result.error or ""
+            wake = self.outages.ended(
+                agent,
+                self._clock(),
+                _verdict(result),
+                probe=probe,
+                reason=reason,
+                retry_after=None if result is None else result.provider_retry_after_s,
+            )
+            if wake is not None:
+                wakes.append(wake)
 
         try:
             await self._answer(claimed, request, ended)
         finally:
             if owed:
                 ended(None)
+        for wake in wakes:
+            await self._wake(agent, wake)
 
     async def _answer(
         self,
@@ -546,7 +557,9 @@ class InboxWorker(Background):
             self._lost(claimed, "while its turn ran")
             return
         self._count(result, error)
-        ended(result)
+        # Only a turn this attempt ran tells of the provider now: an earlier attempt's
+        # turn, found recorded, is an old verdict.
+        ended(None if _replayed(claimed, result) else result)
         if result is not None:
             if result.outcome not in ("completed", "needs_user", "cancelled"):
                 # The message is answered (the sender gets the Host's notice), yet an
@@ -570,10 +583,23 @@ class InboxWorker(Background):
             claimed, "defer", lambda: self.inbox.postpone(claimed, until=due)
         )
         if deferred:
-            self.outages.waited(agent)
+            self.outages.waited(agent, claimed.inbound_id)
             _log.debug(
                 "inbound %s deferred: agent %s's provider is unreachable", claimed.inbound_id, agent
             )
+
+    async def _wake(self, agent: str, wake: Wake) -> None:
+        """Make the inbounds deferred for ``agent``'s outage due as its verdict says; one
+        that fails waits out its deferral (at most the policy's longest delay)."""
+        try:
+            with anyio.fail_after(self._op_timeout_s):
+                woken = await self.inbox.bring_forward(wake.inbound_ids, due_at=wake.due_at)
+        except (HostkitError, TimeoutError) as exc:
+            _log.warning("agent %s: waking its deferred inbounds failed: %s", agent, _text(exc))
+            return
+        if woken:
+            self.wake()
+            _log.debug("agent %s: %s due again", agent, plural(woken, "deferred inbound"))
 
     def _count(self, result: TurnResult | None, error: BaseException | None) -> None:
         """Tally how a turn ended (``turns``): answered, or not (failed, lost, cut off or
@@ -808,6 +834,11 @@ def _verdict(result: TurnResult | None) -> Verdict:
     if result.provider_unavailable is not None:
         return "unavailable"
     return "reached" if result.outcome in ("completed", "needs_user") else None
+
+
+def _replayed(claimed: ClaimedInbound, result: TurnResult | None) -> bool:
+    """Whether ``result`` is the turn an earlier attempt ran (reconciled), not this one's."""
+    return result is not None and result.turn_id == claimed.existing_turn_id
 
 
 def _text(exc: BaseException) -> str:

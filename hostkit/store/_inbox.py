@@ -20,6 +20,8 @@ on several hosts sharing PostgreSQL:
   token: only the current claimant changes the row.
 - room: what a new inbound would find at accept now (the backlog counted up
   to its limit, the disk's free space), read only, for readiness.
+- bring_forward: named ``ready`` rows due later than a time become due at
+  it (a worker wakes the inbounds it deferred for a provider outage).
 - expire_claims: the claims of owners the caller proved dead are due now, as
   if their leases had run out (token kept, attempt spent), so a restarted
   Host need not wait out the lease of a killed one. Terminal rows never change
@@ -61,6 +63,7 @@ __all__ = [
     "ATTEMPTS_EXHAUSTED",
     "COMMAND_ALLOWANCE",
     "INBOX_FULL_RETRY_AFTER_S",
+    "MAX_BRING_FORWARD",
     "MAX_CLAIM_BATCH",
     "MAX_INBOX_LIST",
     "InboxLimits",
@@ -70,6 +73,8 @@ __all__ = [
 
 # Rows one claim call may lease; rows one list call returns.
 MAX_CLAIM_BATCH = 64
+# Inbounds one bring_forward call names (a worker wakes an outage's deferrals in one call).
+MAX_BRING_FORWARD = 500
 MAX_INBOX_LIST = 500
 # The failure code of a row whose lease expired after its last allowed attempt
 # (its worker died or hung every time: a poison message).
@@ -223,6 +228,17 @@ class InboxStore(ABC):
         fenced once the row is claimed again; the attempt stays spent, so a
         message that kills its Host every time still reaches ``max_attempts``
         and its dead letter. How many rows were made due.
+        """
+
+    @abstractmethod
+    async def bring_forward(self, inbound_ids: Sequence[str], *, due_at: float, now: float) -> int:
+        """Make those of ``inbound_ids`` (1..``MAX_BRING_FORWARD``) still ``ready`` and
+        due later than ``due_at`` due at it; how many rows changed.
+
+        For a worker that deferred them for a provider outage whose verdict came:
+        due at the next probe, or, the provider answering again, at the opening's
+        time, so they are claimed before anything accepted since, in their order.
+        A claimed or ended row is not touched; unknown ids are skipped.
         """
 
     @abstractmethod

@@ -25,7 +25,7 @@ from hostkit.store._checks import (
     check_reason,
     check_ref,
 )
-from hostkit.store._inbox import MAX_CLAIM_BATCH, MAX_INBOX_LIST, InboxLimits
+from hostkit.store._inbox import MAX_BRING_FORWARD, MAX_CLAIM_BATCH, MAX_INBOX_LIST, InboxLimits
 from hostkit.types import (
     MAX_BATCH,
     InboundEnvelope,
@@ -45,6 +45,7 @@ __all__ = [
     "check_duration",
     "check_failure",
     "check_finite",
+    "check_inbound_ids",
     "check_instant",
     "check_list",
     "check_owner_page",
@@ -133,3 +134,13 @@ def reconcile_limit(max_attempts: int, *, turn_reserved: bool) -> int:
     with that turn's record (or ends it, its holder gone), so it is given, once.
     """
     return max_attempts + 1 if turn_reserved else max_attempts
+
+
+def check_inbound_ids(inbound_ids: object) -> tuple[str, ...]:
+    """The ids of ``bring_forward``: 1..``MAX_BRING_FORWARD`` inbound ids, once each."""
+    if not isinstance(inbound_ids, Sequence) or isinstance(inbound_ids, str | bytes):
+        raise InvalidValue("inbound_ids must be a sequence of inbound ids")
+    named = tuple(inbound_ids)
+    if not 1 <= len(named) <= MAX_BRING_FORWARD:
+        raise InvalidValue(f"name 1 to {MAX_BRING_FORWARD} inbound ids")
+    return tuple(dict.fromkeys(check_ref("inbound_id", inbound_id) for inbound_id in named))

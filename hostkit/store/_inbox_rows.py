@@ -199,6 +199,10 @@ _EXPIRE = (
     "UPDATE inbox SET due_at = ?, updated_at = ? WHERE state IN ('ready', 'claimed') "
     "AND state = 'claimed' AND due_at > ? AND owner IN ({owners})"
 )
+_BRING_FORWARD = (
+    "UPDATE inbox SET due_at = ?, updated_at = ? WHERE state = 'ready' AND due_at > ? "
+    "AND inbound_id IN ({ids})"
+)
 _REQUEUE = (
     "UPDATE inbox SET state = 'ready', due_at = ?, attempt = 0, requeues = requeues + 1, "
     "claim_token = NULL, owner = NULL, outcome_digest = NULL, updated_at = ? "
@@ -629,6 +633,14 @@ def expire_claims(conn: sqlite3.Connection, owners: Sequence[str], now: float) -
     """Make the claims of ``owners`` due at ``now``; how many rows changed."""
     sql = _EXPIRE.format(owners=", ".join("?" * len(owners)))
     return conn.execute(sql, [now, now, now, *owners]).rowcount
+
+
+def bring_forward(
+    conn: sqlite3.Connection, inbound_ids: Sequence[str], due_at: float, now: float
+) -> int:
+    """Make the named ready rows due later than ``due_at`` due at it; how many changed."""
+    sql = _BRING_FORWARD.format(ids=", ".join("?" * len(inbound_ids)))
+    return conn.execute(sql, [due_at, now, due_at, *inbound_ids]).rowcount
 
 
 def requeue_row(

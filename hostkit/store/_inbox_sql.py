@@ -123,6 +123,12 @@ class SqlInboxStore(InboxStore):
         at = checks.check_instant("now", now)
         return await self._db.write(lambda raw: rows.expire_claims(raw, named, at))
 
+    async def bring_forward(self, inbound_ids: Sequence[str], *, due_at: float, now: float) -> int:
+        named = checks.check_inbound_ids(inbound_ids)
+        due = checks.check_instant("due_at", due_at)
+        at = checks.check_instant("now", now)
+        return await self._db.write(lambda raw: rows.bring_forward(raw, named, due, at))
+
     async def reserve_turn(self, inbound_id: str, claim_token: str, *, now: float) -> bool:
         inbound, token, at = _fenced(inbound_id, claim_token, now)
         return await self._db.write(lambda raw: rows.reserve_row(raw, inbound, token, at))

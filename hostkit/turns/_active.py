@@ -99,6 +99,8 @@ class ActiveTurn:
     responses: int = 0
     # The turn failed as its provider could not be reached (TurnResult.provider_unavailable).
     provider_unavailable: ProviderUnavailable | None = None
+    # How long that provider asked to be left alone (ProviderError.retry_after), if it did.
+    provider_retry_after_s: float | None = None
 
     def stop(self, reason: str, by: TurnCanceller) -> None:
         """Cancel the turn's work with ``reason`` (the first reason and canceller win)."""

@@ -484,6 +484,7 @@ class TurnExecution:
                     # so an inbox worker can wait the outage out without reading the text.
                     untouched = not active.responses and not active.effects
                     active.provider_unavailable = "before_output" if untouched else "after_output"
+                    active.provider_retry_after_s = exc.retry_after
             except SlotFailed as exc:
                 self._emit(context, "slot_runtime.failed", {"slot": exc.slot, "error": exc.message})
                 outcome, error = "failed", exc.message
@@ -1151,6 +1152,7 @@ class TurnExecution:
             truncated=outcome == "completed" and _hit_output_limit(active.final),
             cancelled_by=active.cancelled_by if outcome in _CANCELLED else None,
             provider_unavailable=active.provider_unavailable if outcome == "failed" else None,
+            provider_retry_after_s=(active.provider_retry_after_s if outcome == "failed" else None),
         )
         seq, proposed = active.take_seq(), result
 

@@ -251,6 +251,9 @@ class TurnResult:
     # worker waits out the outage for the messages behind it; a typed fact, never the
     # error text).
     provider_unavailable: ProviderUnavailable | None = None
+    # With ``provider_unavailable``: the delay the provider asked for (its Retry-After,
+    # ``ProviderError.retry_after``: 0 to ``MAX_RETRY_AFTER_S`` seconds), None if none.
+    provider_retry_after_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "effects", tuple(self.effects))
@@ -304,6 +307,11 @@ class TurnResult:
                 {}
                 if self.provider_unavailable is None
                 else {"provider_unavailable": self.provider_unavailable}
+            ),
+            **(
+                {}
+                if self.provider_retry_after_s is None
+                else {"provider_retry_after_s": self.provider_retry_after_s}
             ),
             **({} if self.output is None else {"output": thaw(self.output)}),
         }

@@ -158,13 +158,13 @@ async def test_a_queued_backlog_waits_out_the_outage_and_is_answered_after_it(
         async with worker:
 
             async def opened() -> bool:
-                return bool(worker.outages.views())
+                return bool(worker.outages.views(inbox.now()))
 
             await until(opened)
             # While the breaker is open the readiness view names the agent and the reason.
-            (view,) = worker.outages.views()
+            (view,) = worker.outages.views(inbox.now())
             assert view.agent == "assistant"
-            check = outage_checks(worker.outages.views(), inbox.now())["assistant"]
+            check = outage_checks(worker.outages.views(inbox.now()), inbox.now())["assistant"]
             assert check.startswith("model provider unreachable for ")
             assert "503" in check
 
@@ -185,7 +185,7 @@ async def test_a_queued_backlog_waits_out_the_outage_and_is_answered_after_it(
                 return all(r.state == "completed" for r in await records(inbox, queued))
 
             await until(all_ended)
-        assert not worker.outages.views()
+        assert not worker.outages.views(inbox.now())
         ended = await records(inbox, queued)
         assert all(r.attempt == 1 for r in ended), "deferrals spend no attempt"
         statuses = [await turn_status(host, r.turn_id) for r in ended]
@@ -216,10 +216,20 @@ class Turns:
     """A turn runner whose agent ``down`` fails as an unreachable provider while ``outage``."""
 
     outage: bool = True
+    # The provider's Retry-After while it is down.
+    retry_after: float | None = None
     ran: list[tuple[str, str]] = field(default_factory=list)
     outcomes: dict[str, str] = field(default_factory=dict)
+    # As a Host: a request id already recorded returns its turn, run again nothing.
+    recorded: dict[str, TurnResult] = field(default_factory=dict)
+
+    async def find(self, request: TurnRequest) -> str | None:
+        found = self.recorded.get(request.request_id)
+        return None if found is None else found.turn_id
 
     async def run(self, request: TurnRequest) -> TurnResult:
+        if request.request_id in self.recorded:
+            return self.recorded[request.request_id]
         self.ran.append((request.core_id, request.input))
         failed = self.outage and request.core_id == "down"
         result = TurnResult(
@@ -232,8 +242,10 @@ class Turns:
             text="" if failed else "answered",
             error="provider failed: down: HTTP 503" if failed else None,
             provider_unavailable="before_output" if failed else None,
+            provider_retry_after_s=self.retry_after if failed else None,
         )
         self.outcomes[result.turn_id] = result.outcome
+        self.recorded[request.request_id] = result
         return result
 
 
@@ -269,6 +281,7 @@ def bench(**policy: Any) -> Bench:
         concurrency=1,
         idle_poll_s=0.01,
         clock=clock,
+        find_turn=turns.find,
     )
     return Bench(inbox, clock, turns, worker)
 
@@ -290,7 +303,7 @@ async def test_the_breaker_backs_off_lets_one_probe_through_and_closes_when_answ
         record = (await records(b.inbox, [waiting]))[0]
         assert (record.state, record.attempt) == ("ready", 0)
         assert record.due_at == pytest.approx(b.clock() + 1.0)  # delay(1) = base_delay_s
-    (view,) = b.worker.outages.views()
+    (view,) = b.worker.outages.views(b.clock())
     assert (view.failures, view.next_probe_at) == (1, pytest.approx(b.clock() + 1.0))
 
     assert await b.worker.drain() == 0  # nothing due before the backoff ends
@@ -300,7 +313,7 @@ async def test_the_breaker_backs_off_lets_one_probe_through_and_closes_when_answ
     probe = b.turns.ran[-1][1]
     rest = "m2" if probe == "m1" else "m1"
     assert await b.state(ids[probe]) == ("completed", 1, "failed")
-    (view,) = b.worker.outages.views()
+    (view,) = b.worker.outages.views(b.clock())
     assert (view.failures, view.next_probe_at) == (2, pytest.approx(b.clock() + 2.0))
     assert (await b.state(ids[rest]))[:2] == ("ready", 0)
 
@@ -309,33 +322,62 @@ async def test_the_breaker_backs_off_lets_one_probe_through_and_closes_when_answ
     assert await b.worker.drain() == 1
     assert b.turns.ran[3:] == [("down", rest)]
     assert await b.state(ids[rest]) == ("completed", 1, "completed")
-    assert not b.worker.outages.views()
+    assert not b.worker.outages.views(b.clock())
     fourth = await b.accept("m3")
     assert await b.worker.drain() == 1
     assert await b.state(fourth) == ("completed", 1, "completed")
 
 
-async def test_while_a_probe_runs_the_others_wait_for_it() -> None:
-    """Half-open lets exactly one turn through: with room for four, the rest are deferred."""
-    b = bench()
-    gate = anyio.Event()
-    entered: list[str] = []
-    plain = b.turns.run
+@dataclass
+class Gated:
+    """A bench whose worker runs four at a time and holds every turn after the opener
+    until ``gate`` is set; it counts the worker's claim rounds and deferrals."""
+
+    b: Bench
+    gate: anyio.Event = field(default_factory=anyio.Event)
+    entered: list[str] = field(default_factory=list)
+    rounds: int = 0
+    deferred: list[str] = field(default_factory=list)
+
+
+def gated() -> Gated:
+    g = Gated(bench())
+    plain, claim, postpone = g.b.turns.run, g.b.inbox.claim_batch, g.b.inbox.postpone
 
     async def slow(request: TurnRequest) -> TurnResult:
-        entered.append(request.input)
-        if len(entered) > 1:
-            await gate.wait()
+        g.entered.append(request.input)
+        if len(g.entered) > 1:
+            await g.gate.wait()
         return await plain(request)
 
-    b.worker = InboxWorker(
-        b.inbox,
+    async def counted_claim(limit: int) -> Any:
+        g.rounds += 1
+        return await claim(limit)
+
+    async def counted_postpone(claimed: Any, *, until: float) -> bool:
+        g.deferred.append(claimed.envelope.payload)
+        return await postpone(claimed, until=until)
+
+    g.b.inbox.claim_batch = counted_claim  # type: ignore[method-assign]
+    g.b.inbox.postpone = counted_postpone  # type: ignore[method-assign]
+    g.b.worker = InboxWorker(
+        g.b.inbox,
         slow,
         route=lambda channel: "down",
         concurrency=4,
         idle_poll_s=0.01,
-        clock=b.clock,
+        clock=g.b.clock,
     )
+    return g
+
+
+async def test_while_a_probe_runs_the_others_wait_for_it_and_its_answer_wakes_them() -> None:
+    """Half-open lets exactly one turn through: with room for four, the rest are deferred,
+    each once, however long the probe takes (its verdict, not a guess of its length,
+    ends their wait); the probe answered, the backlog is due at once (the clock not
+    moved), in its order: what arrived during the probe comes after it."""
+    g = gated()
+    b = g.b
     await b.accept("opener")
     assert await b.worker.drain() == 1
     waiting = [await b.accept(f"w{n}") for n in range(3)]
@@ -343,13 +385,22 @@ async def test_while_a_probe_runs_the_others_wait_for_it() -> None:
     b.turns.outage = False
     async with anyio.create_task_group() as group:
         group.start_soon(b.worker.drain)
-        await until(lambda: _true(len(entered) == 2))
-        await anyio.sleep(0.1)
-        assert len(entered) == 2, "one probe at a time"
-        gate.set()
-    states = [await b.state(w) for w in waiting]
-    assert sum(s[0] == "completed" for s in states) == 1
-    assert sum(s[:2] == ("ready", 0) for s in states) == 2
+        await until(lambda: _true(len(g.entered) == 2 and len(g.deferred) == 2))
+        b.clock.advance(3.0)  # a slow probe: past any backoff but the longest
+        rounds = g.rounds
+        await until(lambda: _true(g.rounds >= rounds + 3))
+        assert len(g.entered) == 2, "one probe at a time"
+        assert len(g.deferred) == 2, "a deferred message waits for the probe's verdict"
+        fresh = await b.accept("fresh")
+        await until(lambda: _true(len(g.deferred) == 3))
+        g.gate.set()
+    probe = g.entered[1]
+    assert [await b.state(w) for w in waiting] == [("completed", 1, "completed")] * 3
+    assert await b.state(fresh) == ("completed", 1, "completed")
+    backlog = [w for w in ("w0", "w1", "w2") if w != probe]
+    assert g.entered[2:] == [*backlog, "fresh"], "the backlog first, in its order"
+    assert sorted(g.deferred) == sorted([*backlog, "fresh"]), "each deferred once"
+    assert not b.worker.outages.views(b.clock())
 
 
 async def _true(value: bool) -> bool:
@@ -362,21 +413,115 @@ def test_a_probe_that_ends_without_a_verdict_frees_the_half_open_slot() -> None:
     not counted as a probe's."""
     policy = RetryPolicy(base_delay_s=1.0, max_delay_s=8.0, jitter=0.0)
     outages = ProviderOutages(policy)
-    assert outages.admit("a", 0.0) == (None, False)
-    outages.ended("a", 0.0, "unavailable", probe=False, reason="HTTP 503")
-    outages.ended("a", 0.1, "unavailable", probe=False, reason="HTTP 503")  # begun before
-    assert outages.views()[0].failures == 1
-    assert outages.admit("a", 0.5) == (1.0, False)
-    assert outages.admit("a", 1.0) == (None, True)
-    assert outages.admit("a", 1.0) == (2.0, False)  # waits for the probe's verdict
-    outages.ended("a", 1.5, None, probe=True, reason="no reason recorded")
-    assert outages.admit("a", 1.5) == (None, True)
-    outages.ended("a", 2.0, "unavailable", probe=True, reason="HTTP 503")
-    assert (outages.views()[0].failures, outages.views()[0].next_probe_at) == (2, 4.0)
-    assert outages.admit("b", 2.0) == (None, False), "another agent is not held"
-    outages.ended("a", 2.5, "reached", probe=False, reason="")
-    assert outages.views() == ()
-    assert outages.admit("a", 2.5) == (None, False)
+    assert outages.admit("a", 0.0) == (None, None)
+    outages.ended("a", 0.0, "unavailable", probe=None, reason="HTTP 503")
+    outages.ended("a", 0.1, "unavailable", probe=None, reason="HTTP 503")  # begun before
+    assert outages.views(0.1)[0].failures == 1
+    assert outages.admit("a", 0.5) == (1.0, None)
+    due, probe = outages.admit("a", 1.0)
+    assert due is None
+    assert probe is not None
+    assert outages.admit("a", 1.0) == (9.0, None)  # waits for the probe's verdict
+    outages.ended("a", 1.5, None, probe=probe, reason="no reason recorded")
+    due, probe = outages.admit("a", 1.5)
+    assert due is None
+    assert probe is not None
+    outages.ended("a", 2.0, "unavailable", probe=probe, reason="HTTP 503")
+    (view,) = outages.views(2.0)
+    assert (view.failures, view.next_probe_at) == (2, 4.0)
+    assert outages.admit("b", 2.0) == (None, None), "another agent is not held"
+    outages.ended("a", 2.5, "reached", probe=None, reason="")
+    assert outages.views(2.5) == ()
+    assert outages.admit("a", 2.5) == (None, None)
+
+
+async def test_the_next_probe_waits_at_least_what_the_provider_asked() -> None:
+    """A 429 (or 503) whose Retry-After outlasts the backoff holds the next probe back that
+    long: a probe sooner would cost a user the failure notice for nothing."""
+    b = bench()
+    b.turns.retry_after = 3.0
+    await b.accept("m0")
+    waiting = await b.accept("m1")
+    assert await b.worker.drain() == 2
+    (view,) = b.worker.outages.views(b.clock())
+    assert view.next_probe_at == pytest.approx(b.clock() + 3.0)  # not delay(1) = 1 s
+    (record,) = await records(b.inbox, [waiting])
+    assert (record.state, record.due_at) == ("ready", pytest.approx(b.clock() + 3.0))
+    b.clock.advance(1.0)
+    assert await b.worker.drain() == 0, "no probe before the provider's Retry-After"
+    assert len(b.turns.ran) == 1
+    b.clock.advance(2.0)
+    assert await b.worker.drain() == 1
+    (view,) = b.worker.outages.views(b.clock())
+    # The probe failed: max(delay(2) = 2 s, Retry-After 3 s).
+    assert (view.failures, view.next_probe_at) == (2, pytest.approx(b.clock() + 3.0))
+    outages = ProviderOutages(RetryPolicy(base_delay_s=1.0, max_delay_s=8.0, jitter=0.0))
+    outages.ended("a", 0.0, "unavailable", probe=None, reason="429", retry_after=1e9)
+    assert outages.views(0.0)[0].next_probe_at == RetryPolicy().provider_wait_s
+
+
+async def test_a_recorded_failed_turn_found_again_opens_no_breaker() -> None:
+    """An inbound whose earlier attempt's turn failed with the provider down (the Host
+    died before the inbound's end was recorded) comes back when the provider is up: the
+    recorded turn is its answer, an old verdict that opens nothing, so the next message
+    runs at once."""
+    b = bench()
+    first = await b.accept("m0")
+    (claimed,) = await b.inbox.claim_batch(1)
+    claimed = await b.inbox.reserve_turn(claimed)
+    failed = await b.turns.run(
+        TurnRequest(
+            input="m0",
+            principal=ConversationFacts(DOWN_CHANNEL, "c", "alice"),
+            request_id=claimed.turn_request_id,
+            core_id="down",
+        )
+    )
+    assert failed.provider_unavailable == "before_output"
+    b.turns.outage = False
+    b.clock.advance(b.inbox.policy.lease_s + 1.0)  # the Host died: its lease runs out
+    assert await b.worker.drain() == 1
+    assert await b.state(first) == ("completed", 2, "failed")
+    assert not b.worker.outages.views(b.clock())
+    second = await b.accept("m1")
+    assert await b.worker.drain() == 1
+    assert await b.state(second) == ("completed", 1, "completed")
+
+
+def test_a_probe_of_an_earlier_opening_reports_into_no_later_one() -> None:
+    """A probe still in flight when its outage closed (another turn was answered) and a new
+    one opened: its failure neither frees the new opening's half-open slot (two probes at
+    once) nor counts as the new probe's failure."""
+    outages = ProviderOutages(RetryPolicy(base_delay_s=1.0, max_delay_s=8.0, jitter=0.0))
+    outages.ended("a", 0.0, "unavailable", probe=None, reason="HTTP 503")
+    _, old = outages.admit("a", 1.0)
+    assert old is not None
+    outages.ended("a", 1.5, "reached", probe=None, reason="")  # a turn begun earlier
+    outages.ended("a", 2.0, "unavailable", probe=None, reason="HTTP 503")  # opens anew
+    _, new = outages.admit("a", 3.0)
+    assert new is not None
+    assert new != old
+    assert outages.ended("a", 3.5, "unavailable", probe=old, reason="HTTP 503") is None
+    assert outages.views(3.5)[0].failures == 1
+    due, again = outages.admit("a", 3.5)
+    assert (due, again) == (3.5 + 8.0, None), "the new probe still holds the slot"
+    outages.ended("a", 4.0, "unavailable", probe=new, reason="HTTP 503")
+    assert outages.views(4.0)[0].failures == 2
+
+
+def test_a_breaker_no_message_asks_about_is_forgotten() -> None:
+    """An agent that gets no more messages (rerouted, or quiet) keeps no outage in
+    ``/readyz``: a breaker no turn asked about for two longest backoffs after its next
+    probe was due is forgotten; one whose messages still wait is not."""
+    outages = ProviderOutages(RetryPolicy(base_delay_s=1.0, max_delay_s=8.0, jitter=0.0))
+    outages.ended("quiet", 0.0, "unavailable", probe=None, reason="HTTP 503")
+    outages.ended("busy", 0.0, "unavailable", probe=None, reason="HTTP 503")
+    assert outages.admit("busy", 0.5) == (1.0, None)  # a message deferred
+    assert outages.admit("busy", 16.0)[1] is not None  # the probe, still running
+    assert [v.agent for v in outages.views(17.0)] == ["busy", "quiet"]  # 16 s past due
+    assert [v.agent for v in outages.views(17.5)] == ["busy"]
+    assert list(outage_checks(outages.views(40.0), 40.0)) == ["busy"]
+    assert outages.admit("quiet", 17.5) == (None, None), "its next turn runs"
 
 
 async def test_past_provider_wait_s_a_message_runs_and_gets_the_notice() -> None:
@@ -407,7 +552,7 @@ async def test_a_failure_that_is_not_an_outage_opens_nothing() -> None:
     ids = [await b.accept(f"m{n}") for n in range(3)]
     assert await b.worker.drain() == 3
     assert [await b.state(i) for i in ids] == [("completed", 1, "failed")] * 3
-    assert not b.worker.outages.views()
+    assert not b.worker.outages.views(b.clock())
 
 
 # -- the typed fact: where in the turn its provider failed -----------------------------
@@ -427,6 +572,9 @@ def _request(text: str) -> TurnRequest:
 
 
 UNREACHABLE = ProviderError("HTTP 503: overloaded", provider="test", status=503, retryable=True)
+SLOW_DOWN = ProviderError(
+    "HTTP 429: slow down", provider="test", status=429, retryable=True, retry_after=30.0
+)
 
 
 async def test_a_turn_says_its_provider_was_unreachable_before_or_after_output(
@@ -439,17 +587,24 @@ async def test_a_turn_says_its_provider_was_unreachable_before_or_after_output(
             CallTools(("notes.noop", {})),
             Fail(UNREACHABLE),
             Fail(ProviderError("HTTP 400: bad request", provider="test", status=400)),
+            Fail(SLOW_DOWN),
         ]
     )
     async with open_host(tmp_path, model, tools=[noop]) as host:
         before = await host.turns.run(_request("one"))
         after = await host.turns.run(_request("two"))
         refused = await host.turns.run(_request("three"))
+        limited = await host.turns.run(_request("four"))
     assert (before.outcome, before.provider_unavailable) == ("failed", "before_output")
     assert (after.outcome, after.provider_unavailable) == ("failed", "after_output")
     assert (refused.outcome, refused.provider_unavailable) == ("failed", None)
     assert TurnResult.from_json(before.to_json()).provider_unavailable == "before_output"
     assert "provider_unavailable" not in refused.to_json()
+    # The provider's Retry-After is kept as a typed fact too (the breaker waits it out).
+    assert (limited.provider_unavailable, limited.provider_retry_after_s) == ("before_output", 30.0)
+    assert TurnResult.from_json(limited.to_json()).provider_retry_after_s == 30.0
+    assert before.provider_retry_after_s is None
+    assert "provider_retry_after_s" not in before.to_json()
 
 
 # -- the policy ------------------------------------------------------------------------

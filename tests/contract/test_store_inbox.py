@@ -451,3 +451,35 @@ async def test_a_claim_pages_past_exhausted_rows_to_the_next_due_one(sql_store: 
         sql_store, "SELECT COUNT(claim_token) FROM inbox WHERE state = 'dead_lettered'"
     )
     assert tokens == 0
+
+
+async def test_bring_forward_makes_only_the_named_waiting_rows_due(sql_store: RowStore) -> None:
+    # A worker wakes the inbounds it deferred for a provider outage: those still ready and
+    # due later move to the given time, in one call; claimed, ended, sooner and unnamed
+    # rows stay; unknown ids are skipped.
+    inbox = sql_store.inbox
+    keys = ("late-1", "late-2", "soon", "held", "done", "other")
+    receipts = await inbox.accept([envelope(key) for key in keys], None, now=NOW)
+    ids = dict(zip(keys, (r.inbound_id for r in receipts), strict=True))
+    claimed = await inbox.claim(owner="w", now=NOW, lease_s=60.0, limit=6, max_attempts=3)
+    tokens = {c.envelope.platform_event_key: c.claim_token for c in claimed}
+    for key, due in (("late-1", 300.0), ("late-2", 300.0), ("soon", 5.0), ("other", 300.0)):
+        assert await inbox.release(ids[key], tokens[key], now=NOW, due_at=NOW + due)
+    await inbox.complete(ids["done"], tokens["done"], InboundResult("ignored"), now=NOW)
+    named = [ids[k] for k in ("late-1", "late-2", "soon", "held", "done")] + ["inb_unknown"]
+    assert await inbox.bring_forward(named, due_at=NOW + 10, now=NOW + 1) == 2
+    due = {key: (await inbox.record(ids[key])) for key in keys}
+    assert {key: (r.state, r.due_at) for key, r in due.items() if r is not None} == {
+        "late-1": ("ready", NOW + 10),
+        "late-2": ("ready", NOW + 10),
+        "soon": ("ready", NOW + 5),
+        "held": ("claimed", NOW + 60),
+        "done": ("completed", None),
+        "other": ("ready", NOW + 300),
+    }
+    assert await inbox.bring_forward([ids["late-1"]], due_at=NOW + 10, now=NOW + 2) == 0
+    for bad in ([], "inb_x", [""], ["inb_x"] * 501):
+        with pytest.raises(InvalidValue):
+            await inbox.bring_forward(bad, due_at=NOW, now=NOW)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValue):
+        await inbox.bring_forward([ids["other"]], due_at=math.nan, now=NOW)
