@@ -283,7 +283,8 @@ class CoreRegistry:
         """Move the live revision back: to the one live before the current one, or to ``to``.
 
         ``to`` must have been live before (a recorded promotion or rollback);
-        only the manifest gate runs (the revision passed its gates once).
+        only the manifest and tools gates run (the revision passed its gates once,
+        but its tools must still build here).
         """
         core_id = _core_id(core_id)
         if not isinstance(reason, str) or not reason.strip():
@@ -307,15 +308,21 @@ class CoreRegistry:
                 )
             if not await self._store.cores.was_live(core_id, target):
                 raise InvalidValue(f"{target[:12]} was never live for core {core_id!r}")
-        manifest, _ = await check_manifest(
+        manifest, loaded = await check_manifest(
             location, target, cores_root=self._cores_root, validate=self._validate
         )
+        gates = [manifest]
+        # Its tools may have built then and not now (a module's dependency gone): a move
+        # recorded is applied leniently, so it is refused here rather than served broken.
+        build = self._build_tools
+        if build is not None and loaded is not None and loaded.manifest.tools and manifest.passed:
+            gates.append(await check_tools(loaded, build))
         event = CoreEvent(
             core_id=core_id,
             action="rollback",
             revision=target,
             previous=live,
-            gates=(manifest,),
+            gates=tuple(gates),
             actor=actor,
             at=self._clock(),
             reason=reason,

@@ -27,7 +27,7 @@ from hostkit.builtins.web import UrlPolicy
 from hostkit.channels import short_secret
 from hostkit.context import DEFAULT_BOOTSTRAP_FILES, Estimator
 from hostkit.delivery import OutboundChannel
-from hostkit.effects import AuthoredTool, McpServer, SourcedTool, provider_name
+from hostkit.effects import AuthoredTool, EffectPolicy, McpServer, SourcedTool, provider_name
 from hostkit.errors import ConfigError
 from hostkit.host._capabilities import (
     ProviderRequest,
@@ -369,13 +369,13 @@ class DefaultToolSource:
                     key=f"agents.{request.agent}.builtins",
                 )
             runs = await request.processes.terminal_runs(request.workspace)
-            policy = sandbox_policy(config, request.agent)
+            policy = sandbox_policy(config, request.agent, request.policy)
             add("builtin:terminal", [t for t in runs.tools(sandbox=policy) if t.name in wanted])
         for module_name in agent.tool_modules:
             found = await self._modules.tools(
                 module_name,
                 agent=request.agent,
-                sandbox=sandbox_policy(config, request.agent),
+                sandbox=sandbox_policy(config, request.agent, request.policy),
                 search=[config.resolve(entry) for entry in agent.tool_path],
                 writable=writable_workspaces(config),
                 protected=config.state_paths(),
@@ -404,7 +404,7 @@ class DefaultMcpSource:
             return ()
         connector = McpClientConnector(
             workspace=request.workspace,
-            sandbox=sandbox_policy(request.config, request.agent),
+            sandbox=sandbox_policy(request.config, request.agent, request.policy),
             url_policy=UrlPolicy(allow_private=frozenset(agent.url_allow_private)),
             hidden=request.config.state_paths(),
         )
@@ -414,14 +414,20 @@ class DefaultMcpSource:
         )
 
 
-def sandbox_policy(config: HostConfig, agent: str) -> SandboxPolicy:
+def sandbox_policy(
+    config: HostConfig, agent: str, policy: EffectPolicy | None = None
+) -> SandboxPolicy:
     """How ``agent``'s processes are isolated: its ``sandbox`` mode, the ``terminal.network``
-    grant, ``[host.limits]``, and the Host's own state to hide from them."""
+    grant, ``[host.limits]``, and the Host's own state to hide from them.
+
+    ``policy``: the one the request carries (the generation resolved it), so a
+    source's edit of the configuration it was handed grants no network.
+    """
     settings = config.agents[agent]
     limits = config.host.limits
     return SandboxPolicy(
         mode=settings.sandbox,
-        network=agent_grants(settings).network,
+        network=agent_grants(settings, policy=policy).network,
         limits=ResourceLimits(**limits.model_dump()),
         hidden=config.state_paths(),
         secret_programs={name: tuple(secret.programs) for name, secret in config.secrets.items()},

@@ -6,7 +6,7 @@ import difflib
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +52,10 @@ from hostkit.turns import OutputCheck, PinnedCore, capability_snapshot
 from hostkit.types import TurnExecutionContext
 
 _log = logging.getLogger("hostkit.host")
+
+# How many agents a generation builds the tools of at once (each may discover tool
+# modules in a child process).
+BUILD_CONCURRENCY = 4
 
 __all__ = ["Generation", "unknown_agent"]
 
@@ -130,9 +134,10 @@ class Generation(AsyncResource):
         # Resolved before any source runs, and never again: the runtime decides policy,
         # and nothing a source or a caller does to a configuration's lists changes it.
         self._policies = {name: agent_policy(agent) for name, agent in config.agents.items()}
-        # What the sources are handed (each request's ``config``): a copy of their own,
-        # so a source that edits it changes neither this generation nor ``host.config``.
-        self._handed = config.model_copy(deep=True)
+        # What the sources are handed (each request's ``config``): a copy per agent, made
+        # when first handed, so a source that edits it changes neither this generation,
+        # ``host.config``, nor what another agent's requests carry.
+        self._handed: dict[str, HostConfig] = {}
         self.capabilities = capabilities
         self.effects = EffectRuntime(toolsets=self, approvals=approvals, store=store, mcp=mcp)
         self.active = 0
@@ -140,12 +145,20 @@ class Generation(AsyncResource):
         self._tools: dict[str, _AgentTools] = {}
         self._masked_secrets = _host_secret_names(config)
         self._revisions: dict[str, str] = {}
-        self._lock = anyio.Lock()
+        # One lock per agent (its first build): agents build concurrently.
+        self._locks: dict[str, anyio.Lock] = {}
         self._closed = False
 
     def policy(self, agent: str) -> EffectPolicy:
         """``agent``'s policy as this generation resolved it when it was built."""
         return self._policies[agent]
+
+    def handed(self, agent: str) -> HostConfig:
+        """The copy of the configuration ``agent``'s requests carry (made on first use)."""
+        copy = self._handed.get(agent)
+        if copy is None:
+            copy = self._handed[agent] = self.config.model_copy(deep=True)
+        return copy
 
     def core(self, core_id: str) -> LoadedCore | None:
         """The Agent Core ``core_id`` at this generation's revision (None: not a loaded core)."""
@@ -182,25 +195,27 @@ class Generation(AsyncResource):
         cached = self._tools.get(agent)
         if cached is not None:  # built once per generation; the lock is for the first build
             return cached
-        async with self._lock:
+        async with self._locks.setdefault(agent, anyio.Lock()):
             cached = self._tools.get(agent)
             if cached is not None:
                 return cached
             policy = self.policy(agent)
             memory = (
-                await self.capabilities.memory.memory(MemoryRequest(self._handed, agent))
+                await self.capabilities.memory.memory(MemoryRequest(self.handed(agent), agent))
                 if self.config.agents[agent].memory
                 else None
             )
             request = ToolRequest(
-                self._handed, agent, policy, self.workspace(agent), memory, self.processes
+                self.handed(agent), agent, policy, self.workspace(agent), memory, self.processes
             )
             source = self.capabilities.tools
             offered = _sourced(await source.tools(request), f"source:{type(source).__name__}")
             servers = await self._mcp_servers(request)
             # An MCP server's tools are discovered per session, after the snapshot is
             # pinned: the snapshot holds its connect and call grants instead.
-            grants = agent_grants(self.config.agents[agent], (s.name for s in servers))
+            grants = agent_grants(
+                self.config.agents[agent], (s.name for s in servers), policy=policy
+            )
             held = [*grants.mcp, *grants.secrets, *([NETWORK_GRANT] if grants.network else [])]
             effects = [*(t.name for t, _ in offered), *held]
             # A glob parsing had to accept (``*_write`` may be for a tool module's
@@ -231,28 +246,57 @@ class Generation(AsyncResource):
             )
             return cached
 
-    async def build_tools(self, agents: Iterable[str]) -> None:
+    async def build_tools(
+        self,
+        agents: Iterable[str],
+        *,
+        fatal: Collection[str] = (),
+        closing: Callable[[], bool] = lambda: False,
+    ) -> None:
         """Build ``agents``' tools now rather than at their first turn, as ``pin`` would.
 
-        A reload must not install a generation an agent cannot serve from (a tool
-        module missing, two tools under one name, a rule only the model's spelling
-        matches): its ``ConfigError`` (keyed ``agents.<agent>``) refuses it whole. Any
-        other failure (a store or a source that fails now) is no fault of the
-        configuration: logged, and the agent's first turn builds again. A core that is
-        not available is skipped: its turns get their own reason.
+        A configuration error (a tool module missing, two tools under one name, a
+        rule only the model's spelling matches) of one of ``fatal`` (what the
+        caller just wrote) is raised, keyed ``agents.<agent>``: nothing this
+        generation holds may serve. Another agent's is logged and the agent made
+        unavailable with it: its configuration was recorded elsewhere (a core's
+        move) and must not hold back the rest. Any other failure (a store, a source,
+        a discovery that timed out) is no fault of the configuration: logged, and
+        the agent's first turn builds again. A core that is not available is
+        skipped: its turns get their own reason. At most ``BUILD_CONCURRENCY``
+        agents build at once; none starts once ``closing()``.
         """
-        for agent in agents:
-            if agent in self._unavailable or agent not in self.config.agents:
-                continue
-            try:
-                await self.agent_tools(agent)
-            except ConfigError as exc:
-                if exc.message.startswith(f"agents.{agent}"):
-                    raise
-                raise ConfigError(exc.message, key=f"agents.{agent}") from None
-            except Exception as exc:
-                reason = exc.message if isinstance(exc, HostkitError) else type(exc).__name__
-                _log.warning("agent %r: its tools are built at its first turn: %s", agent, reason)
+        wanted = [a for a in agents if a not in self._unavailable and a in self.config.agents]
+        limiter = anyio.CapacityLimiter(BUILD_CONCURRENCY)
+        failed: list[ConfigError] = []
+
+        async def build(agent: str) -> None:
+            async with limiter:
+                if failed or closing():
+                    return
+                try:
+                    await self.agent_tools(agent)
+                except ConfigError as exc:
+                    error = exc
+                    if not exc.message.startswith(f"agents.{agent}"):
+                        error = ConfigError(exc.message, key=f"agents.{agent}")
+                    if agent in fatal:
+                        failed.append(error)
+                        group.cancel_scope.cancel()
+                        return
+                    _log.warning("agent %r is not available: %s", agent, error.message)
+                    self._unavailable[agent] = f"agent {agent!r} is not available: {error.message}"
+                except Exception as exc:
+                    reason = exc.message if isinstance(exc, HostkitError) else type(exc).__name__
+                    _log.warning(
+                        "agent %r: its tools are built at its first turn: %s", agent, reason
+                    )
+
+        async with anyio.create_task_group() as group:
+            for agent in wanted:
+                group.start_soon(build, agent)
+        if failed:
+            raise failed[0]
 
     async def _mcp_servers(self, request: ToolRequest) -> tuple[McpServer, ...]:
         source = self.capabilities.mcp
@@ -284,7 +328,7 @@ class Generation(AsyncResource):
         self.active += 1
         try:
             provider = await self.capabilities.providers.model_provider(
-                ProviderRequest(self._handed, core_id)
+                ProviderRequest(self.handed(core_id), core_id)
             )
             if self.estimators is not None:
                 # A source may know its providers' exact tokenizers (duck-typed: optional).
@@ -367,7 +411,9 @@ class Generation(AsyncResource):
         if config is None:
             return None
         provider = await self.capabilities.providers.model_provider(
-            ProviderRequest(self._handed, agent, provider=config.summarizer or config.provider)
+            ProviderRequest(
+                self.handed(agent), agent, provider=config.summarizer or config.provider
+            )
         )
         return ProviderSummarizer(provider)
 

@@ -76,7 +76,12 @@ def agent_policy(agent: AgentConfig) -> EffectPolicy:
     return EffectPolicy(allow=tuple(rules.allow), deny=tuple(rules.deny), ask=tuple(rules.ask))
 
 
-def agent_grants(agent: AgentConfig, mcp_servers: Iterable[str] | None = None) -> AgentGrants:
+def agent_grants(
+    agent: AgentConfig,
+    mcp_servers: Iterable[str] | None = None,
+    *,
+    policy: EffectPolicy | None = None,
+) -> AgentGrants:
     """The grants ``agent`` holds under its policy.
 
     ``terminal.network`` is held where the policy ``allow``s it, or ``ask``s for it
@@ -86,9 +91,11 @@ def agent_grants(agent: AgentConfig, mcp_servers: Iterable[str] | None = None) -
     call grants are held together, unless either is denied (``ask`` on the call
     asks before each of its tools; on the connect, before connecting).
     ``mcp_servers``: the servers the generation's source declares (default: the
-    agent's ``mcp`` tables).
+    agent's ``mcp`` tables). ``policy``: the one the generation resolved (default:
+    resolved from ``agent`` now), so a copy a source edited grants nothing.
     """
-    policy = agent_policy(agent)
+    if policy is None:
+        policy = agent_policy(agent)
     network = NETWORK_GRANT in agent.builtins and _network_decision(policy) != "deny"
     secrets = tuple(
         grant

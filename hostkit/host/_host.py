@@ -118,6 +118,9 @@ __all__ = ["Host", "TurnNotCompleted", "resolve_config"]
 _log = logging.getLogger("hostkit.host")
 # aclose waits this long for an apply in progress before closing the generations anyway.
 APPLY_CLOSE_WAIT_S = 30.0
+# An apply builds the tools of new and changed agents for at most this long; the rest
+# are built at their first turn (their discovery is no fault of the configuration).
+BUILD_TOOLS_DEADLINE_S = 120.0
 # What aclose's writes wait for another process's lock, all of them together: a stopped
 # process holding it must not keep a closing Host for a lock timeout per write (the
 # next start recovers what could not be written: turns end `lost`, claims come back).
@@ -296,6 +299,8 @@ class Host(AsyncResource):
         # apply_config (reloads and core moves go through it): one at a time, composing to
         # installing; aclose takes it (bounded) before closing the generations.
         self._apply_lock = anyio.Lock()
+        # The apply's tools build under way: aclose cancels it (nothing is installed).
+        self._building: anyio.CancelScope | None = None
 
     def _new_generation(
         self,
@@ -561,7 +566,7 @@ class Host(AsyncResource):
                 0, config, current.capabilities, supplied=current.capabilities
             )
             try:
-                await candidate.build_tools([core.core_id])
+                await candidate.build_tools([core.core_id], fatal=[core.core_id])
             finally:
                 await uninterrupted(self._discard(candidate))
 
@@ -731,21 +736,46 @@ class Host(AsyncResource):
         self, previous: Generation, generation: Generation, *, authority_changed: bool
     ) -> None:
         """Build, before ``generation`` replaces ``previous``, the tools of every agent that is
-        new or changed (all of them when their authority may have): a ``ConfigError`` closes
-        ``generation`` and applies nothing, so ``previous`` keeps serving. Unlike the lazy
-        build at open, a reload never installs an agent that cannot serve a turn."""
-        rebuilt = _authority_changed(previous.config, generation.config, authority_changed)
+        new or changed (all of them when their authority may have).
+
+        Strict only for what this configuration wrote: a ``ConfigError`` of an agent
+        that is new or changed in it (not a core whose live revision moved: that move is
+        recorded, refusing the apply would not undo it) closes ``generation`` and
+        applies nothing, so ``previous`` keeps serving. Any other agent that cannot
+        serve is installed unavailable with its reason. Cancellable (aclose cancels
+        it; nothing is installed) and bounded by ``BUILD_TOOLS_DEADLINE_S``.
+        """
+        before, after = previous.config, generation.config
+        rebuilt = _authority_changed(before, after, authority_changed)
+        changed = [
+            agent
+            for agent in after.agents
+            if agent not in before.agents or previous.revision(agent) != generation.revision(agent)
+        ]
+        # A declared core's revision is its live ref's: a move recorded, not written here.
+        fatal = {
+            agent for agent in changed if agent not in after.cores or agent not in before.cores
+        }
         try:
-            await generation.build_tools(
-                agent
-                for agent in generation.config.agents
-                if rebuilt
-                or agent not in previous.config.agents
-                or previous.revision(agent) != generation.revision(agent)
-            )
+            with anyio.CancelScope(deadline=anyio.current_time() + BUILD_TOOLS_DEADLINE_S) as scope:
+                self._building = scope
+                if self._closing():
+                    scope.cancel()
+                await generation.build_tools(
+                    after.agents if rebuilt else changed, fatal=fatal, closing=self._closing
+                )
         except BaseException:
             await uninterrupted(self._discard(generation))
             raise
+        finally:
+            self._building = None
+        if scope.cancelled_caught and not self._closing():
+            _log.warning(
+                "generation %d: building the tools took over %s s; the rest are built at "
+                "their agents' first turns",
+                generation.number,
+                BUILD_TOOLS_DEADLINE_S,
+            )
 
     async def _discard(self, generation: Generation) -> None:
         """Close a generation that was never installed; the sources handed in stay the
@@ -825,9 +855,10 @@ class Host(AsyncResource):
         outcome is ``rejected`` with the bounded reason, also logged. So does an
         error no check foresaw while applying (its traceback logged too): it never
         reaches the caller or the watcher as an exception.
-        Reloads run one at a time; reading is bounded by ``read_timeout_s``, and
-        once applying began it is never cut half-way. The Host closing meanwhile
-        rejects the reload (nothing is installed).
+        Reloads run one at a time; reading is bounded by ``read_timeout_s``; a
+        cancelled reload installs the new generation whole or not at all (only
+        building the tools, before installing, is cut). The Host closing
+        meanwhile rejects the reload (nothing is installed).
         """
         if self._closed:
             raise TurnRejected("the Host is closed")
@@ -871,13 +902,13 @@ class Host(AsyncResource):
         except Exception as exc:
             return _unexpected(exc, number)
         try:
-            # Not cancellable once begun: a generation is applied whole or not at all.
-            with anyio.CancelScope(shield=True):
-                # The live revisions are read again: one moved to a broken commit since the check
-                # rejects the reload instead of leaving its core out.
-                checked = [core_id for core_id, sha in live.items() if sha is not None]
-                waiting = set(reopen_changes(self.config, config))
-                number = await self.apply_config(config, require_cores=checked)
+            # Cancellable until it installs (then finished whole): a shutdown does not wait
+            # for the new agents' tools to be discovered, and installs nothing.
+            # The live revisions are read again: one moved to a broken commit since the check
+            # rejects the reload instead of leaving its core out.
+            checked = [core_id for core_id, sha in live.items() if sha is not None]
+            waiting = set(reopen_changes(self.config, config))
+            number = await self.apply_config(config, require_cores=checked)
         except ConfigError as exc:
             return rejected(number, exc.message)
         except HostkitError:
@@ -1200,6 +1231,8 @@ class Host(AsyncResource):
         for runtime in self._deliveries:
             runtime.stop()
         self._closed = True
+        if self._building is not None:
+            self._building.cancel()  # its apply sees the Host closed and installs nothing
         self.store.limit_waits(CLOSE_LOCK_WAIT_S)
         # Uninterrupted: a cancelled caller must not leave sources or child processes open.
         await uninterrupted(self._close())

@@ -69,7 +69,7 @@ from hostkit.effects import (
     is_timeout,
     schema_problem,
 )
-from hostkit.errors import ConfigError, bounded
+from hostkit.errors import ConfigError, RuntimeFailure, bounded
 from hostkit.host._code_places import import_path_places, judge_places, module_places
 from hostkit.host._tool_child import describe
 
@@ -77,6 +77,7 @@ __all__ = [
     "DISCOVERY_TIMEOUT_S",
     "MAX_DISCOVERY_BYTES",
     "MODULE_NAME",
+    "DiscoveryUnavailable",
     "ModuleTool",
     "ToolModules",
     "forget_versions",
@@ -245,6 +246,12 @@ class ModuleTool(SchemaTool):
         return await real.invoke(context, real.validate(arguments))
 
 
+class DiscoveryUnavailable(RuntimeFailure):
+    """A tool module could not be discovered here and now (overdue, no working sandbox):
+    the environment's failure, not the configuration's, so a reload is not refused for it.
+    """
+
+
 class ToolModules:
     """The tools of an agent's ``tool_modules``, discovered without importing them here."""
 
@@ -343,14 +350,19 @@ class ToolModules:
             elif not _ships_with_hostkit(module_name):
                 # Fail closed, as terminal.run does: the module's top level would run
                 # unconfined, before anyone approved anything.
-                raise ConfigError(
-                    f"tool module {shown!r} cannot be discovered in the agent's sandbox: "
-                    f'{bounded(probe.reason, 160)} (or set sandbox = "none" for this agent)',
-                    key=key,
+                raise DiscoveryUnavailable(
+                    f"{key}: tool module {shown!r} cannot be discovered in the agent's "
+                    f'sandbox: {bounded(probe.reason, 160)} (or set sandbox = "none" for this '
+                    "agent)"
                 )
         env = {name: os.environ[name] for name in DEFAULT_ENV_ALLOWLIST if name in os.environ}
         try:
             out, err, problem = await _run(command, env, scratch, self._timeout_s)
+        except TimeoutError as exc:
+            # A cold import on a loaded machine: the next build (a turn) may finish.
+            raise DiscoveryUnavailable(
+                f"{key}: cannot discover tool module {shown!r}: {exc}", retryable=True
+            ) from None
         finally:
             if scratch is not None:
                 await anyio.to_thread.run_sync(
@@ -615,7 +627,8 @@ def _sandboxed(
 async def _run(
     command: list[str], env: Mapping[str, str], cwd: Path | None, timeout_s: float
 ) -> tuple[bytes, bytes, str | None]:
-    """Run the discovery child: (stdout, stderr tail, problem or None).
+    """Run the discovery child: (stdout, stderr tail, problem or None); ``TimeoutError``
+    when it is overdue.
 
     stdout is read up to ``MAX_DISCOVERY_BYTES``; the child runs as an owned
     tree (under the per-run init), ended when it is done, overdue or too
@@ -665,7 +678,7 @@ async def _read_answer(process: Process, timeout_s: float) -> tuple[bytes, bytes
                     await drained.wait()
             group.cancel_scope.cancel()
     if deadline.cancelled_caught:
-        problem = f"discovery did not finish within {timeout_s:g}s"
+        raise TimeoutError(f"discovery did not finish within {timeout_s:g}s")
     return bytes(out), bytes(err), problem
 
 

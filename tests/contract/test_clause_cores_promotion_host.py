@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from hostkit.effects import ApprovalKey
-from hostkit.errors import PromotionRefused
+from hostkit.errors import ConfigError, PromotionRefused, TurnRejected
 from hostkit.host import Host
+from hostkit.host._tool_modules import ToolModules
 from tests.cores_support import commit, core_host_config, live_of, make_core, manifest_text
 from tests.hosts import request
 
@@ -127,3 +128,70 @@ async def test_a_revision_whose_tools_collide_is_refused_by_the_tools_gate(
     assert live_of(path) == first
     assert host.generation == generation
     assert (served.outcome, served.core_revision) == ("completed", first)
+
+
+def _tools_manifest(*modules: str) -> dict[str, object]:
+    return {**manifest("notes", "v"), "capabilities": {"notes.*": "allow"}, "tools": modules}
+
+
+def _break_discovery(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on every tool module fails to import (a dependency gone)."""
+
+    async def gone(self: ToolModules, module_name: str, *args: object) -> list[object]:
+        raise ConfigError(f"cannot import tool module {module_name!r}: its dependency is gone")
+
+    monkeypatch.setattr(ToolModules, "_discover", gone)
+
+
+async def test_a_rollback_to_a_revision_whose_tools_no_longer_build_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rollback target's tools built when it was live, not now: refused by the tools
+    gate before the move is recorded, so the store, the ref and the Host agree."""
+    files = {"agent/__init__.py": "", "agent/a.py": _TOOL.format(name="a")}
+    path, _ = make_core(tmp_path, "notes", manifest=_tools_manifest("a"), files=files)
+    config = core_host_config(tmp_path, {"notes": path}, providers=PROVIDERS)
+    async with Host.open(config) as host:
+        second = commit(path, {"agent.yaml": manifest_text(_tools_manifest())}, "no tools")
+        await host.cores.promote("notes", second, actor="ops")
+        generation = host.generation
+        _break_discovery(monkeypatch)
+        with pytest.raises(PromotionRefused) as refused:
+            await host.cores.rollback("notes", actor="ops", reason="back")
+        served = await host.turns.run(request(core_id="notes"))
+    assert [(gate.gate, gate.passed) for gate in refused.value.gates] == [
+        ("manifest", True),
+        ("tools", False),
+    ]
+    assert "its dependency is gone" in refused.value.gates[-1].detail
+    assert live_of(path) == second
+    assert host.generation == generation
+    assert (served.outcome, served.core_revision) == ("completed", second)
+
+
+async def test_a_move_whose_apply_cannot_build_the_tools_is_installed_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gates passed, the apply's build failed (a dependency gone in between): the
+    move is recorded, so the promotion returns it and the Host serves the new revision,
+    its core unavailable with the reason; later reloads still apply."""
+    files = {"agent/__init__.py": "", "agent/a.py": _TOOL.format(name="a")}
+    path, _ = make_core(tmp_path, "notes", manifest=manifest("notes", "v1"), files=files)
+    config = core_host_config(tmp_path, {"notes": path}, providers=PROVIDERS)
+    async with Host.open(config) as host:
+
+        async def passes(core: object) -> None:
+            """The tools gate passed (the dependency went after it)."""
+
+        monkeypatch.setattr(host, "_build_core_tools", passes)
+        _break_discovery(monkeypatch)
+        second = commit(path, {"agent.yaml": manifest_text(_tools_manifest("a"))}, "tools")
+        moved = await host.cores.promote("notes", second, actor="ops")
+        with pytest.raises(TurnRejected) as refused:
+            await host.turns.run(request(core_id="notes"))
+        reloaded = await host.reload()
+    assert moved.action == "promote"
+    assert live_of(path) == second
+    assert host.generation == 2
+    assert "its dependency is gone" in refused.value.message
+    assert not reloaded.rejected, reloaded

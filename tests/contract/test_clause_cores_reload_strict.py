@@ -4,7 +4,8 @@
 configuration, which reads the live revisions again. A move to a commit that
 does not load between the two (another process's promotion) rejects the
 reload: generation N keeps serving the checked-before revision, the core is
-not silently left out of generation N+1.
+not silently left out of generation N+1. A move whose tools do not build is
+recorded: it is applied, the core unavailable with the reason.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import anyio
 import pytest
 
 import hostkit.host._host as host_module
+from hostkit.errors import TurnRejected
 from hostkit.host import Host, HostConfig
 from hostkit.store import CoreStore
 from tests.contract.test_clause_config_apply_cores import config_for, manifest, move_ref
@@ -57,19 +59,22 @@ async def test_a_ref_moved_to_a_broken_commit_after_the_check_rejects_the_reload
     assert (served.outcome, served.generation, served.core_revision) == ("completed", 1, first)
 
 
-async def test_a_promotion_recorded_elsewhere_whose_tools_cannot_be_built_rejects_the_reload(
+async def test_a_promotion_recorded_elsewhere_whose_tools_cannot_be_built_is_applied_unavailable(
     tmp_path: Path,
 ) -> None:
-    """Another process made live a revision naming a tool module it lacks: the reload
-    builds the core's tools before installing, so generation N keeps serving."""
+    """Another process made live a revision naming a tool module it lacks. The move is
+    recorded: rejecting the reload would leave this Host serving a revision the store no
+    longer calls live, and reject every later reload. It is applied with the core
+    unavailable (the build's reason); a later reload outside it still applies."""
     path, first = make_core(tmp_path, "notes", manifest=manifest("first revision"))
     missing = commit(path, {"agent.yaml": manifest("x", tools=["missing"])}, "missing")
     async with Host.open(config_for(tmp_path, path)) as host:
         move_ref(path, first, missing)
         outcome = await host.reload()
-        served = await host.turns.run(request(core_id="notes"))
-    assert outcome.rejected, outcome
-    assert outcome.generation == 1
-    assert outcome.reason is not None
-    assert outcome.reason.startswith("agents.notes.tool_modules: cannot import tool module ")
-    assert (served.outcome, served.generation, served.core_revision) == ("completed", 1, first)
+        with pytest.raises(TurnRejected) as refused:
+            await host.turns.run(request(core_id="notes"))
+        again = await host.reload()
+    assert outcome.applied, outcome
+    assert outcome.generation == 2
+    assert "agents.notes.tool_modules: cannot import tool module " in refused.value.message
+    assert not again.rejected, again
