@@ -235,8 +235,8 @@ class SessionCompactor:
         commits nothing and re-raises; other errors release it and re-raise.
         Raises ``InvalidValue`` for out-of-order seqs and ``StoreError`` when
         the store fails. A cooldown this compactor knows of (for the caller's
-        cutoff) answers ``cooldown`` without a transaction; a cutoff another
-        Host moved meanwhile is the caller's next read's to see.
+        cutoff) answers ``cooldown`` after one read instead of a write
+        transaction, and ``reread`` when another Host moved the cutoff meanwhile.
         """
         pairs = _checked(messages, expected_cutoff)
         if not pairs:
@@ -245,7 +245,13 @@ class SessionCompactor:
             )
         cooling = None if force else self._cooling(session_id, expected_cutoff)
         if cooling is not None:
-            return cooling
+            # One read, no write transaction: another Host may have moved the cutoff
+            # since, and the caller's later steps read nothing again before they send.
+            committed = await self.committed(session_id)
+            if cutoff_of(committed) == expected_cutoff:
+                return cooling
+            self._cooldowns.pop(session_id, None)
+            return CompactionOutcome("reread", committed, detail="the cutoff moved")
         lease_id = new_id("clease")
         try:
             take = await self._take(session_id, expected_cutoff, lease_id, force, dead_lease=None)

@@ -6,7 +6,7 @@ import difflib
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,6 +160,16 @@ class Generation(AsyncResource):
             copy = self._handed[agent] = self.config.model_copy(deep=True)
         return copy
 
+    async def serves(self, agent: str) -> bool:
+        """Whether this generation can build ``agent``'s tools (it may now, to know)."""
+        if agent in self._unavailable or agent not in self.config.agents:
+            return False
+        try:
+            await self.agent_tools(agent)
+        except Exception:
+            return False
+        return True
+
     def core(self, core_id: str) -> LoadedCore | None:
         """The Agent Core ``core_id`` at this generation's revision (None: not a loaded core)."""
         return self._cores.get(core_id)
@@ -251,6 +261,7 @@ class Generation(AsyncResource):
         agents: Iterable[str],
         *,
         fatal: Collection[str] = (),
+        served: Callable[[str], Awaitable[bool]] | None = None,
         closing: Callable[[], bool] = lambda: False,
     ) -> None:
         """Build ``agents``' tools now rather than at their first turn, as ``pin`` would.
@@ -258,9 +269,11 @@ class Generation(AsyncResource):
         A configuration error (a tool module missing, two tools under one name, a
         rule only the model's spelling matches) of one of ``fatal`` (what the
         caller just wrote) is raised, keyed ``agents.<agent>``: nothing this
-        generation holds may serve. Another agent's is logged and the agent made
-        unavailable with it: its configuration was recorded elsewhere (a core's
-        move) and must not hold back the rest. Any other failure (a store, a source,
+        generation holds may serve; so is one of an agent that ``served`` says the
+        previous generation serves (this apply broke it). Another agent's is logged
+        and the agent made unavailable with it: it was broken before, or its
+        configuration was recorded elsewhere (a core's move), and must not hold back
+        the rest. Any other failure (a store, a source,
         a discovery that timed out) is no fault of the configuration: logged, and
         the agent's first turn builds again. A core that is not available is
         skipped: its turns get their own reason. At most ``BUILD_CONCURRENCY``
@@ -280,7 +293,7 @@ class Generation(AsyncResource):
                     error = exc
                     if not exc.message.startswith(f"agents.{agent}"):
                         error = ConfigError(exc.message, key=f"agents.{agent}")
-                    if agent in fatal:
+                    if agent in fatal or (served is not None and await served(agent)):
                         failed.append(error)
                         group.cancel_scope.cancel()
                         return

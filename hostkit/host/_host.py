@@ -741,9 +741,12 @@ class Host(AsyncResource):
         Strict only for what this configuration wrote: a ``ConfigError`` of an agent
         that is new or changed in it (not a core whose live revision moved: that move is
         recorded, refusing the apply would not undo it) closes ``generation`` and
-        applies nothing, so ``previous`` keeps serving. Any other agent that cannot
-        serve is installed unavailable with its reason. Cancellable (aclose cancels
-        it; nothing is installed) and bounded by ``BUILD_TOOLS_DEADLINE_S``.
+        applies nothing, so ``previous`` keeps serving; so does one of an agent rebuilt
+        only because its authority may have changed (new sources, a section outside
+        ``[agents]``) that ``previous`` serves: this apply broke it. Any other agent
+        that cannot serve (broken before) is installed unavailable with its reason.
+        Cancellable (aclose cancels it; nothing is installed) and bounded by
+        ``BUILD_TOOLS_DEADLINE_S``.
         """
         before, after = previous.config, generation.config
         rebuilt = _authority_changed(before, after, authority_changed)
@@ -756,13 +759,21 @@ class Host(AsyncResource):
         fatal = {
             agent for agent in changed if agent not in after.cores or agent not in before.cores
         }
+
+        async def served(agent: str) -> bool:
+            # Unchanged itself: broken by this apply only if the previous generation serves it.
+            return agent not in changed and await previous.serves(agent)
+
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + BUILD_TOOLS_DEADLINE_S) as scope:
                 self._building = scope
                 if self._closing():
                     scope.cancel()
                 await generation.build_tools(
-                    after.agents if rebuilt else changed, fatal=fatal, closing=self._closing
+                    after.agents if rebuilt else changed,
+                    fatal=fatal,
+                    served=served,
+                    closing=self._closing,
                 )
         except BaseException:
             await uninterrupted(self._discard(generation))

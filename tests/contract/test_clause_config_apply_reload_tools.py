@@ -15,9 +15,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from hostkit.errors import TurnRejected
+from hostkit.effects import ToolContext, tool
+from hostkit.errors import ConfigError, TurnRejected
 from hostkit.host import DefaultToolSource, Host, ReloadOutcome
 from hostkit.host._generation import BUILD_CONCURRENCY
+from hostkit.testing import Reply, ScriptedModel, capabilities
+from tests import hosts
 from tests.hosts import request
 
 pytestmark = pytest.mark.anyio
@@ -196,3 +199,30 @@ async def test_aclose_cancels_the_tools_build_of_a_reload_and_installs_nothing(
     assert host.generation == 1
     await anyio.sleep(0.3)
     assert began <= len(list(started.iterdir())) <= BUILD_CONCURRENCY
+
+
+@tool("notes.write")
+async def _note(ctx: ToolContext, text: str) -> str:
+    return "ok"
+
+
+@tool("notes.write")
+async def _note_again(ctx: ToolContext, text: str) -> str:
+    return "ok"
+
+
+async def test_an_apply_whose_new_sources_break_a_serving_agent_is_rejected(
+    tmp_path: Path,
+) -> None:
+    """New capability sources rebuild every agent without changing any: one that served
+    before and cannot now (its tools collide) rejects the apply, and generation N serves
+    on, instead of being installed unavailable."""
+    model = ScriptedModel([Reply("ok")], repeat_last=True)
+    opened = capabilities(model, tools=[_note])
+    async with Host.open(hosts.config(tmp_path), capabilities=opened) as host:
+        before = host.generation
+        colliding = capabilities(model, tools=[_note, _note_again])
+        with pytest.raises(ConfigError, match=r"two tools collide as effect 'notes\.write'"):
+            await host.apply_config(hosts.config(tmp_path), capabilities=colliding)
+        assert host.generation == before
+        assert (await host.turns.run(request("hello", conversation="c"))).outcome == "completed"

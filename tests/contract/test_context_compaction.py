@@ -511,6 +511,12 @@ async def test_a_known_cooldown_is_answered_without_a_transaction(
     assert forced.kind == "committed"
     assert forced.summary is not None
     moved = forced.summary.cutoff_seq
+    # The old cutoff, which compactor_a remembers cooling: its one read finds the cutoff
+    # moved (a later step of a turn reads nothing else before it sends).
+    stale = await compactor_a.compact(
+        session_id, messages=pairs[2:4], expected_cutoff=cutoff, summarizer=Fixed()
+    )
+    assert (stale.kind, stale.summary, len(takes)) == ("reread", forced.summary, 3)
     refused = await compactor_a.compact(
         session_id, messages=pairs[4:6], expected_cutoff=moved, summarizer=Fixed()
     )
