@@ -25,6 +25,7 @@ __all__ = [
     "check_owners",
     "check_reason",
     "check_ref",
+    "check_refs",
     "check_wait",
 ]
 
@@ -110,9 +111,15 @@ def check_owner_page(after: object, limit: object) -> tuple[str | None, int]:
 
 def check_owners(owners: object) -> tuple[str, ...]:
     """The owners of ``expire_claims``: 1..``MAX_CLAIM_OWNERS`` owner texts."""
-    if not isinstance(owners, Sequence) or isinstance(owners, str | bytes):
-        raise InvalidValue("owners must be a sequence of owner texts")
-    named = tuple(owners)
-    if not 1 <= len(named) <= MAX_CLAIM_OWNERS:
-        raise InvalidValue(f"name 1 to {MAX_CLAIM_OWNERS} owners")
-    return tuple(dict.fromkeys(check_ref("owner", owner) for owner in named))
+    return check_refs("owners", owners, MAX_CLAIM_OWNERS, each="owner", kind="owner texts")
+
+
+def check_refs(field: str, values: object, limit: int, *, each: str, kind: str) -> tuple[str, ...]:
+    """``field``: 1..``limit`` texts of ``kind``, each checked as ``each``, once each
+    (in their order)."""
+    if not isinstance(values, Sequence) or isinstance(values, str | bytes):
+        raise InvalidValue(f"{field} must be a sequence of {kind}")
+    named = tuple(values)
+    if not 1 <= len(named) <= limit:
+        raise InvalidValue(f"name 1 to {limit} {field.replace('_', ' ')}")
+    return tuple(dict.fromkeys(check_ref(each, value) for value in named))

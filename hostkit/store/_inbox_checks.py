@@ -24,6 +24,7 @@ from hostkit.store._checks import (
     check_owners,
     check_reason,
     check_ref,
+    check_refs,
 )
 from hostkit.store._inbox import MAX_BRING_FORWARD, MAX_CLAIM_BATCH, MAX_INBOX_LIST, InboxLimits
 from hostkit.types import (
@@ -138,9 +139,6 @@ def reconcile_limit(max_attempts: int, *, turn_reserved: bool) -> int:
 
 def check_inbound_ids(inbound_ids: object) -> tuple[str, ...]:
     """The ids of ``bring_forward``: 1..``MAX_BRING_FORWARD`` inbound ids, once each."""
-    if not isinstance(inbound_ids, Sequence) or isinstance(inbound_ids, str | bytes):
-        raise InvalidValue("inbound_ids must be a sequence of inbound ids")
-    named = tuple(inbound_ids)
-    if not 1 <= len(named) <= MAX_BRING_FORWARD:
-        raise InvalidValue(f"name 1 to {MAX_BRING_FORWARD} inbound ids")
-    return tuple(dict.fromkeys(check_ref("inbound_id", inbound_id) for inbound_id in named))
+    return check_refs(
+        "inbound_ids", inbound_ids, MAX_BRING_FORWARD, each="inbound_id", kind="inbound ids"
+    )
