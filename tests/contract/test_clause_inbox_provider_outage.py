@@ -51,6 +51,9 @@ from tests.wire import openai_chat as wire_openai
 from tests.wire.scenario import Answer
 
 pytestmark = pytest.mark.anyio
+# The breaker's own rules run over the in-memory inbox (and the policy is a value): no
+# store engine runs, so the matrix's postgres leg would test nothing more.
+IN_MEMORY = pytest.mark.sqlite_only("the in-memory inbox and the policy: no store engine runs")
 
 DOWN_CHANNEL = "telegram.support"
 OTHER_CHANNEL = "telegram.sales"
@@ -286,6 +289,7 @@ def bench(**policy: Any) -> Bench:
     return Bench(inbox, clock, turns, worker)
 
 
+@IN_MEMORY
 async def test_the_breaker_backs_off_lets_one_probe_through_and_closes_when_answered() -> None:
     """The first failure opens it (backoff = base delay); a probe that fails doubles it;
     each waiting inbound is deferred to the next probe, attempt unspent; a probe the model
@@ -371,6 +375,7 @@ def gated() -> Gated:
     return g
 
 
+@IN_MEMORY
 async def test_while_a_probe_runs_the_others_wait_for_it_and_its_answer_wakes_them() -> None:
     """Half-open lets exactly one turn through: with room for four, the rest are deferred,
     each once, however long the probe takes (its verdict, not a guess of its length,
@@ -407,6 +412,7 @@ async def _true(value: bool) -> bool:
     return value
 
 
+@IN_MEMORY
 def test_a_probe_that_ends_without_a_verdict_frees_the_half_open_slot() -> None:
     """A probe whose claim was lost or whose handler failed tells nothing: the next turn
     is the probe, the backoff unchanged; a failure of a turn begun before the opening is
@@ -435,6 +441,7 @@ def test_a_probe_that_ends_without_a_verdict_frees_the_half_open_slot() -> None:
     assert outages.admit("a", 2.5) == (None, None)
 
 
+@IN_MEMORY
 async def test_the_next_probe_waits_at_least_what_the_provider_asked() -> None:
     """A 429 (or 503) whose Retry-After outlasts the backoff holds the next probe back that
     long: a probe sooner would cost a user the failure notice for nothing."""
@@ -460,6 +467,7 @@ async def test_the_next_probe_waits_at_least_what_the_provider_asked() -> None:
     assert outages.views(0.0)[0].next_probe_at == RetryPolicy().provider_wait_s
 
 
+@IN_MEMORY
 async def test_a_recorded_failed_turn_found_again_opens_no_breaker() -> None:
     """An inbound whose earlier attempt's turn failed with the provider down (the Host
     died before the inbound's end was recorded) comes back when the provider is up: the
@@ -488,6 +496,7 @@ async def test_a_recorded_failed_turn_found_again_opens_no_breaker() -> None:
     assert await b.state(second) == ("completed", 1, "completed")
 
 
+@IN_MEMORY
 def test_a_probe_of_an_earlier_opening_reports_into_no_later_one() -> None:
     """A probe still in flight when its outage closed (another turn was answered) and a new
     one opened: its failure neither frees the new opening's half-open slot (two probes at
@@ -509,6 +518,7 @@ def test_a_probe_of_an_earlier_opening_reports_into_no_later_one() -> None:
     assert outages.views(4.0)[0].failures == 2
 
 
+@IN_MEMORY
 def test_a_breaker_no_message_asks_about_is_forgotten() -> None:
     """An agent that gets no more messages (rerouted, or quiet) keeps no outage in
     ``/readyz``: a breaker no turn asked about for two longest backoffs after its next
@@ -524,6 +534,7 @@ def test_a_breaker_no_message_asks_about_is_forgotten() -> None:
     assert outages.admit("quiet", 17.5) == (None, None), "its next turn runs"
 
 
+@IN_MEMORY
 async def test_past_provider_wait_s_a_message_runs_and_gets_the_notice() -> None:
     """Deferral is bounded from when the message was received: past ``provider_wait_s``
     it runs like any other (its turn fails while the provider is down), not dead-lettered."""
@@ -538,6 +549,7 @@ async def test_past_provider_wait_s_a_message_runs_and_gets_the_notice() -> None
     assert await b.state(late) == ("completed", 1, "failed")
 
 
+@IN_MEMORY
 async def test_a_failure_that_is_not_an_outage_opens_nothing() -> None:
     """A failed turn without ``provider_unavailable`` (a refused request, a bug) is the
     message's answer as before: the messages behind it run."""
@@ -613,6 +625,7 @@ async def test_a_turn_says_its_provider_was_unreachable_before_or_after_output(
 @pytest.mark.parametrize(
     "value", [0, -1.0, float("nan"), float("inf"), True, "60", 8 * 24 * 3600.0]
 )
+@IN_MEMORY
 def test_a_bad_provider_wait_s_is_refused_with_a_typed_bounded_error(value: object) -> None:
     with pytest.raises(InvalidValue) as caught:
         RetryPolicy(provider_wait_s=value)  # type: ignore[arg-type]
@@ -620,5 +633,6 @@ def test_a_bad_provider_wait_s_is_refused_with_a_typed_bounded_error(value: obje
     assert len(caught.value.message) < 120
 
 
+@IN_MEMORY
 def test_provider_wait_s_defaults_to_an_hour() -> None:
     assert RetryPolicy().provider_wait_s == 3_600.0
