@@ -105,8 +105,8 @@ class ContextManager:
     A step costs what is new since the last one: the manager keeps each
     session's window (decoded messages, groups, token counts per estimator)
     in an LRU of ``window_cache`` sessions holding at most ``window_cache_chars``
-    characters (64 MiB by default; their text and what holding each message
-    takes beyond it, so about that many bytes of memory), and each ``prepare``
+    bytes (64 MiB by default; their text as Python stores it and what holding
+    each message takes beyond it, so about that much memory), and each ``prepare``
     reads only the rows after the newest one it holds, together with the summary's
     cutoff, the bootstrap snapshot and the calibration, in one read. Another
     Host appending to the session is seen at the next read; a moved cutoff
@@ -192,8 +192,8 @@ class ContextManager:
 
     @property
     def cached_chars(self) -> int:
-        """About how much memory the cached windows take, in characters of text and what
-        holding them costs (at most ``window_cache_chars``, or the one window a turn is
+        """About how much memory the cached windows take, in bytes of text as Python stores
+        it and what holding them costs (at most ``window_cache_chars``, or the one window a turn is
         using when that alone is more)."""
         return self._cached_chars
 

@@ -12,6 +12,7 @@ last one, not what the window holds. What leaves the window leaves its memos.
 from __future__ import annotations
 
 import json
+import sys
 from collections import deque
 from collections.abc import Iterable, Sequence
 
@@ -28,21 +29,31 @@ _Row = tuple[int, ModelMessage, str | None]
 _MAX_MEMOS = 4
 # System messages one window keeps (instructions, bootstrap, summary, contributions).
 _MAX_HEADS = 64
-# What one held message costs beyond its text, in characters (a byte each, as ASCII text
-# takes): the message and its row, turn id, group, view and count entries. Measured with
-# tracemalloc over a full cache of windows of short tool groups (tests/contract/
-# test_context_window.py::test_the_window_cache_bound_is_the_memory_it_takes): about 1,400
-# bytes a message, rounded up.
+# What one held message costs beyond its text, in bytes: the message and its row, turn id,
+# group, view and count entries. Measured with tracemalloc over a full cache of windows of
+# short tool groups (tests/contract/test_context_window.py::
+# test_the_window_cache_bound_is_the_memory_it_takes): about 1,400 bytes, rounded up.
 _MESSAGE_OVERHEAD = 1_536
 # What one window costs whatever it holds (its queues, memos, head messages): about 9 KB.
 _WINDOW_OVERHEAD = 9_216
 
 
+_EMPTY_STR = sys.getsizeof("")
+
+
+def _text_bytes(text: str) -> int:
+    """The memory ``text`` takes beyond an empty string's: its length for ASCII, up to four
+    times that for text Python stores two or four bytes a character (CJK, emoji)."""
+    return max(len(text), sys.getsizeof(text) - _EMPTY_STR)
+
+
 def _held_chars(message: ModelMessage) -> int:
-    """About how much memory ``message`` takes in a window, in characters of text."""
-    size = _MESSAGE_OVERHEAD + len(message.content)
+    """About how much memory ``message`` takes in a window, in bytes (a character of ASCII
+    text each)."""
+    size = _MESSAGE_OVERHEAD + _text_bytes(message.content)
     for call in message.tool_calls:
-        size += len(call.name) + len(json.dumps(thaw(call.arguments)))
+        # ASCII-escaped JSON: a character outside ASCII counts six, above what it takes.
+        size += _text_bytes(call.name) + len(json.dumps(thaw(call.arguments)))
     for part in message.attachments:
         size += _MESSAGE_OVERHEAD + (len(part.data) if part.data is not None else 0)
     return size
@@ -120,8 +131,8 @@ class SessionWindow:
 
     @property
     def chars(self) -> int:
-        """About how much memory the window holds, in characters: what a cache bounds."""
-        text = len(self.bootstrap or "") + len(self.summary or "")
+        """About how much memory the window holds, in bytes: what a cache bounds."""
+        text = _text_bytes(self.bootstrap or "") + _text_bytes(self.summary or "")
         return _WINDOW_OVERHEAD + self._rows_chars + text
 
     @property
