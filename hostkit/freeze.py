@@ -4,6 +4,9 @@ A frozen dataclass that holds a ``dict`` is not immutable: anyone holding the
 value can change what every other holder sees. ``freeze`` converts nested
 mappings, sequences and sets into ``FrozenMap``, ``tuple`` and ``frozenset``
 on construction, and refuses objects whose mutability it cannot vouch for.
+Frozen dataclasses, and classes that declare ``DEEPLY_FROZEN`` (the parsed
+configuration's models, whose containers are tuples and ``FrozenMap``), are
+trusted as they are.
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ import enum
 from collections.abc import Iterator, Mapping, Set
 from typing import Any, NoReturn
 
-__all__ = ["FrozenMap", "freeze", "thaw"]
+__all__ = ["DEEPLY_FROZEN", "FrozenMap", "freeze", "thaw"]
+
+# The class attribute (True) by which a class says its instances are immutable all the way
+# down, so ``freeze`` keeps them as they are: only for classes whose every field is.
+DEEPLY_FROZEN = "__hostkit_deeply_frozen__"
 
 _SCALARS = (str, int, float, bool, bytes, type(None), enum.Enum)
 # Exactly these types (not subclasses): immutable, and never a container.
@@ -88,9 +95,10 @@ def freeze(value: Any) -> Any:
     """Return a deeply immutable equivalent of ``value``.
 
     Mappings become ``FrozenMap``, lists and tuples become tuples, sets become
-    frozensets, ``bytearray`` becomes ``bytes``. Frozen dataclasses are trusted
-    to have frozen themselves. Anything else raises ``TypeError``: an unknown
-    object may be mutable, and a contract value must not carry one.
+    frozensets, ``bytearray`` becomes ``bytes``. Frozen dataclasses and classes
+    that declare ``DEEPLY_FROZEN`` are trusted to have frozen themselves. Anything else raises
+    ``TypeError``: an unknown object may be mutable, and a contract value must
+    not carry one.
     """
     kind = type(value)
     # The exact common types first: the ABC checks below cost several times more.
@@ -114,6 +122,11 @@ def freeze(value: Any) -> Any:
         params = getattr(type(value), "__dataclass_params__", None)
         if params is not None and params.frozen:
             return value
+    # A model that says it is immutable all the way down (the parsed configuration's, whose
+    # containers are tuples and FrozenMap): pydantic's ``frozen`` alone stops reassignment,
+    # not an edit of a list it holds.
+    if getattr(kind, DEEPLY_FROZEN, False) is True:
+        return value
     raise TypeError(f"cannot freeze a value of type {type(value).__name__}")
 
 

@@ -127,6 +127,14 @@ def table_rows(database: Path) -> Iterator[str]:
                         yield str(cell)
 
 
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie waiting to be reaped has)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 @asynccontextmanager
 async def child_process(argv: Sequence[str], **options: Any) -> AsyncIterator[anyio.abc.Process]:
     """``anyio.open_process(argv)`` whose exit never waits on a child the test gave up on.

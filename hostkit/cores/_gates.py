@@ -26,7 +26,7 @@ import anyio
 
 from hostkit.cores._loaded import GATES_DIR, CoreLocation, LoadedCore, load_core
 from hostkit.cores._test_gate import TestRun, TestSandbox, run_core_tests
-from hostkit.errors import HostkitError, bounded
+from hostkit.errors import HostkitError, TurnRejected, bounded
 from hostkit.types import GateOutcome
 
 __all__ = [
@@ -199,10 +199,13 @@ async def check_tools(loaded: LoadedCore, build: Validate) -> GateOutcome:
     rule that only the model's spelling of a tool matches.
 
     Discovering a module runs its code (in the child process turns discover with,
-    never in the Host's), so this runs after the tests gate.
+    never in the Host's), so this runs after the tests gate. ``TurnRejected`` (the
+    Host closed under the build, ending it) is raised, not a verdict.
     """
     try:
         await build(loaded)
+    except TurnRejected:
+        raise  # the Host closed under the gate: no verdict, so nothing to record
     except HostkitError as exc:
         return GateOutcome("tools", False, bounded(str(exc), 1_000))
     except Exception as exc:

@@ -81,7 +81,8 @@ class CoreRegistry:
     its configuration (provider exists, ...); ``build_tools`` builds the tools of a
     candidate whose manifest names ``tools:`` modules as its generation would (the
     last gate, ``tools``: a collision refuses the promotion instead of making the
-    core unavailable once live); ``on_moved(core_id, sha)`` runs
+    core unavailable once live; ``TurnRejected`` from it, the Host closing under
+    the gate, refuses the move with nothing recorded); ``on_moved(core_id, sha)`` runs
     after every recorded move. An unknown core id raises
     ``NotFoundOrUnauthorized("core")``; a revision that does not resolve,
     ``InvalidValue``. ``sandbox`` launches the test gate's pytest inside the
@@ -221,7 +222,8 @@ class CoreRegistry:
         ``reviewed_dependencies`` for dependencies), or another move meanwhile
         records a ``refused`` event and raises ``PromotionRefused`` (``gates``,
         and ``review``/``dependency_review``: the tokens this change needs);
-        nothing moves.
+        nothing moves. A Host that closes under the gates raises ``TurnRejected``
+        and records nothing.
         """
         core_id = _core_id(core_id)
         location, repo = await self._open(core_id)

@@ -12,13 +12,16 @@ the connection pool use.
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from collections.abc import Mapping, Sequence
+from typing import Annotated, ClassVar
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from hostkit._frozen_fields import AS_FROZEN_LIST, FrozenTable
 from hostkit.effects._mcp import MCP_SERVER_NAME_PATTERN, McpServerDeclaration
 from hostkit.effects._runtime import ENV_NAME_PATTERN
+from hostkit.freeze import FrozenMap
 from hostkit.providers import http_url_problem
 
 __all__ = [
@@ -43,6 +46,9 @@ _ENV_NAME = re.compile(ENV_NAME_PATTERN)
 
 # The table key: it becomes part of effect names (mcp.<server>.<tool>) and grants.
 McpServerName = Annotated[str, Field(pattern=f"^{MCP_SERVER_NAME_PATTERN}$")]
+# A stdio server's argv. The bound goes before AS_FROZEN_LIST (not on the optional field):
+# too long an argv is then told as a list is everywhere else.
+_Argv = Annotated[tuple[str, ...], Field(max_length=MAX_MCP_ARGS), AS_FROZEN_LIST]
 
 
 class McpServerConfig(BaseModel):
@@ -55,12 +61,14 @@ class McpServerConfig(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # freeze() keeps it as it is (hostkit.freeze.DEEPLY_FROZEN): every container is frozen.
+    __hostkit_deeply_frozen__: ClassVar[bool] = True
 
-    command: list[str] | None = Field(default=None, max_length=MAX_MCP_ARGS)
+    command: _Argv | None = None
     # Its length is checked with the rest of the URL (``_check_url``), at the table's key.
     url: str | None = None
-    env: dict[str, Annotated[str, Field(max_length=MAX_MCP_ENV_VALUE_CHARS)]] = Field(
-        default_factory=dict
+    env: FrozenTable[str, Annotated[str, Field(max_length=MAX_MCP_ENV_VALUE_CHARS)]] = Field(
+        default_factory=FrozenMap
     )
     network: bool = False
     connect_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
@@ -106,7 +114,7 @@ class McpServerConfig(BaseModel):
         )
 
 
-def _check_argv(argv: list[str]) -> None:
+def _check_argv(argv: Sequence[str]) -> None:
     if not argv or not argv[0].strip():
         raise ValueError("'command' is an argv list whose first item names the program")
     for index, arg in enumerate(argv):
@@ -127,7 +135,7 @@ def _check_url(url: str) -> None:
         raise ValueError(f"'url' {problem} (a streamable-HTTP endpoint)")
 
 
-def _check_env(env: dict[str, str]) -> None:
+def _check_env(env: Mapping[str, str]) -> None:
     if len(env) > MAX_MCP_ENV:
         raise ValueError(f"'env' has {len(env)} entries; at most {MAX_MCP_ENV}")
     for key, value in env.items():

@@ -30,6 +30,7 @@ import pydantic
 from hostkit._unknown_keys import EXTRA_FORBIDDEN, reported_error, unknown_key
 from hostkit.effects import AuthoredTool, SourcedTool, tool
 from hostkit.errors import ConfigError, InvalidValue, bounded
+from hostkit.freeze import FrozenMap
 from hostkit.host._capabilities import (
     ProviderRequest,
     RuntimeCapabilities,
@@ -400,7 +401,9 @@ def compose_agents(
         if isinstance(agent.model, ModelProvider):
             instances[name] = agent.model
         entries[agent.name] = agent._settings(name)
-    merged = config.model_copy(update={"providers": providers, "agents": entries})
+    merged = config.model_copy(
+        update={"providers": FrozenMap(providers), "agents": FrozenMap(entries)}
+    )
     return merged, instances, check_channel_agents(merged, required=serves_channels)
 
 

@@ -15,19 +15,21 @@ import shlex
 import stat
 import tomllib
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 import pydantic
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from hostkit._frozen_fields import FrozenList, FrozenTable
 from hostkit._unknown_keys import EXTRA_FORBIDDEN, reported_error, unknown_key
 from hostkit.adapters.local_llama import MAX_CONTEXT_WINDOW, MIN_CONTEXT_WINDOW
 from hostkit.builtins.web import UrlPolicy
 from hostkit.effects import ENV_NAME_PATTERN, MAX_MCP_SERVERS, McpServerConfig, McpServerName
 from hostkit.errors import ConfigError, InvalidValue, bounded
+from hostkit.freeze import FrozenMap
 from hostkit.host._config_channels import MAX_CHANNELS, ChannelConfig, ServeSection
 from hostkit.host._grants import Builtin, policy_problem
 from hostkit.host._tool_modules import MODULE_NAME
@@ -109,7 +111,11 @@ ConfigPath = Annotated[
 
 class _Strict(BaseModel):
     # No NaN or infinity: "timeout_s = inf" would be no timeout, and NaN passes every bound.
+    # Frozen all the way down: every container field is a FrozenList or FrozenTable, so
+    # whoever holds a configuration (a capability source, an embedder) cannot edit it.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # freeze() keeps a configuration as it is (hostkit.freeze.DEEPLY_FROZEN).
+    __hostkit_deeply_frozen__: ClassVar[bool] = True
 
 
 class ScriptStepConfig(_Strict):
@@ -122,16 +128,19 @@ class ScriptStepConfig(_Strict):
 
     reply: str | None = None
     tool: str | None = None
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments: FrozenTable[str, Any] = Field(default_factory=FrozenMap)
     finish_reason: Literal["stop", "length"] = "stop"
     delay_s: float = Field(default=0.0, ge=0, le=3_600)
 
     # The arguments become a tool call a turn freezes, stores and shows as JSON: a TOML
     # date or time there failed each turn that reached the step as an internal error.
-    @pydantic.field_validator("arguments")
+    # Checked as written, before they are frozen (a date is no value freeze takes); what
+    # is not a table at all is told so by the table's own check.
+    @pydantic.field_validator("arguments", mode="before")
     @classmethod
-    def _json_arguments(cls, arguments: dict[str, Any]) -> dict[str, Any]:
-        if (problem := argument_problem(arguments)) is not None:
+    def _json_arguments(cls, arguments: object) -> object:
+        problem = argument_problem(arguments) if isinstance(arguments, Mapping) else None
+        if problem is not None:
             raise ValueError(f"tool-call arguments {problem}")
         return arguments
 
@@ -162,8 +171,8 @@ class ProviderConfig(_Strict):
     context_window: int | None = Field(default=None, gt=0)
     max_output_tokens: int | None = Field(default=None, gt=0)
     timeout_s: float = Field(default=60.0, gt=0, le=86_400)
-    script: list[ScriptStepConfig] = Field(default_factory=list)
-    attachments: list[MediaType] | None = None
+    script: FrozenList[ScriptStepConfig] = ()
+    attachments: FrozenList[MediaType] | None = None
     # kind = "local" only: a GGUF file to serve instead of the embedded SmolLM2 (relative to
     # the configuration's folder); unset, the cached or fetched default (docs/providers.md).
     model_path: ConfigPath | None = None
@@ -255,9 +264,9 @@ class PolicyConfig(_Strict):
 
     # The bounds EffectPolicy holds a rule list to: refused here, when the file is read,
     # not when each turn of the agent starts.
-    allow: list[_Rule] = Field(default_factory=lambda: ["*"], max_length=1000)
-    deny: list[_Rule] = Field(default_factory=list, max_length=1000)
-    ask: list[_Rule] = Field(default_factory=list, max_length=1000)
+    allow: FrozenList[_Rule] = Field(default=("*",), max_length=1000)
+    deny: FrozenList[_Rule] = Field(default=(), max_length=1000)
+    ask: FrozenList[_Rule] = Field(default=(), max_length=1000)
 
 
 # How the Host isolates the processes it starts for an agent (docs/effects.md, "Sandbox").
@@ -274,20 +283,20 @@ class AgentConfig(_Strict):
 
     provider: str
     instructions: str = "You are a helpful assistant. Answer briefly."
-    tool_modules: list[str] = Field(default_factory=list)
+    tool_modules: FrozenList[str] = ()
     # Directories looked in first for tool_modules' top-level packages (relative to
     # hostkit.toml's folder); an Agent Core's is its materialized revision.
-    tool_path: list[ConfigPath] = Field(default_factory=list, max_length=16)
-    builtins: list[Builtin] = Field(default_factory=list)
+    tool_path: FrozenList[ConfigPath] = Field(default=(), max_length=16)
+    builtins: FrozenList[Builtin] = ()
     # Non-public hosts or CIDRs web.extract may reach (default: none; public only).
-    url_allow_private: list[str] = Field(default_factory=list)
+    url_allow_private: FrozenList[str] = ()
     memory: bool = True
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     max_steps: int = Field(default=8, ge=1, le=64)
     workspace: ConfigPath | None = None
     # Host environment variables terminal.run may bind (secret.bind:<NAME>), each
     # after a one-shot approval, for at most secret_ttl_s seconds.
-    secrets: list[Annotated[str, Field(pattern=_ENV_NAME)]] = Field(default_factory=list)
+    secrets: FrozenList[Annotated[str, Field(pattern=_ENV_NAME)]] = ()
     secret_ttl_s: float = Field(default=300.0, gt=0, le=86_400)
     # The provider (a name under [providers]) that summarizes old history when the
     # context window fills up; default: the agent's own provider.
@@ -298,8 +307,8 @@ class AgentConfig(_Strict):
     sandbox: Sandbox = "bubblewrap"
     # MCP servers whose tools this agent may use ([agents.<agent>.mcp.<server>]): each
     # connects only when a session passes the mcp.connect:<server> gate (docs/effects.md).
-    mcp: dict[McpServerName, McpServerConfig] = Field(
-        default_factory=dict, max_length=MAX_MCP_SERVERS
+    mcp: FrozenTable[McpServerName, McpServerConfig] = Field(
+        default_factory=FrozenMap, max_length=MAX_MCP_SERVERS
     )
 
     # Checked when the file is read, not when a turn first builds the agent's tools: a
@@ -307,7 +316,7 @@ class AgentConfig(_Strict):
     # one that refuses every turn of this agent.
     @pydantic.field_validator("tool_modules")
     @classmethod
-    def _module_names(cls, names: list[str]) -> list[str]:
+    def _module_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
         for name in names:
             # The one syntax of a module name: the check discovery makes, made earlier.
             if not MODULE_NAME.fullmatch(name):
@@ -319,7 +328,7 @@ class AgentConfig(_Strict):
 
     @pydantic.field_validator("url_allow_private")
     @classmethod
-    def _hosts_or_networks(cls, entries: list[str]) -> list[str]:
+    def _hosts_or_networks(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
         try:
             UrlPolicy.check_allow_private(entries)
         except ConfigError as exc:  # the URL policy's own sentence, under this key
@@ -469,11 +478,11 @@ class SecretConfig(_Strict):
     no program (an authored tool that asks for it still receives it).
     """
 
-    programs: list[str] = Field(min_length=1, max_length=32)
+    programs: FrozenList[str] = Field(min_length=1, max_length=32)
 
     @pydantic.field_validator("programs")
     @classmethod
-    def _absolute(cls, programs: list[str]) -> list[str]:
+    def _absolute(cls, programs: tuple[str, ...]) -> tuple[str, ...]:
         for program in programs:
             if "\0" in program or len(program) > 4096 or not os.path.isabs(program):
                 raise ValueError(
@@ -498,16 +507,18 @@ class HostConfig(_Strict):
 
     host: HostSection = Field(default_factory=HostSection)
     store: StoreSection = Field(default_factory=StoreSection)
-    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
-    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    providers: FrozenTable[str, ProviderConfig] = Field(default_factory=FrozenMap)
+    agents: FrozenTable[str, AgentConfig] = Field(default_factory=FrozenMap)
     # Agent Cores (docs/cores.md): each becomes an agent of this name at its live revision.
-    cores: dict[str, CoreConfig] = Field(default_factory=dict, max_length=64)
+    cores: FrozenTable[str, CoreConfig] = Field(default_factory=FrozenMap, max_length=64)
     # Channel instances (docs/channels.md) and the daemon that serves them (docs/service.md).
-    channels: dict[str, ChannelConfig] = Field(default_factory=dict, max_length=MAX_CHANNELS)
+    channels: FrozenTable[str, ChannelConfig] = Field(
+        default_factory=FrozenMap, max_length=MAX_CHANNELS
+    )
     serve: ServeSection = Field(default_factory=ServeSection)
     # The programs each secret may be bound for, whichever agent binds it.
-    secrets: dict[Annotated[str, Field(pattern=_ENV_NAME)], SecretConfig] = Field(
-        default_factory=dict, max_length=256
+    secrets: FrozenTable[Annotated[str, Field(pattern=_ENV_NAME)], SecretConfig] = Field(
+        default_factory=FrozenMap, max_length=256
     )
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     # The file this configuration was loaded from (None: built in code).
@@ -520,7 +531,7 @@ class HostConfig(_Strict):
     @classmethod
     def _table_names(cls, table: object, info: pydantic.ValidationInfo) -> object:
         what = "agent" if info.field_name == "agents" else "provider"
-        for name in table if isinstance(table, dict) else ():
+        for name in table if isinstance(table, Mapping) else ():
             if not _is_agent_name(name):
                 raise ValueError(
                     f"{bounded(repr(name), 80)} is not a usable {what} name (1-"

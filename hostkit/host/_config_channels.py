@@ -22,12 +22,13 @@ naming the variable). ``api_base`` overrides the platform's API origin
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import ClassVar, Literal
 from urllib.parse import urlsplit
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from hostkit._frozen_fields import FrozenList
 from hostkit.effects import ENV_NAME_PATTERN
 from hostkit.providers import MAX_URL_CHARS, http_url_problem
 
@@ -69,7 +70,10 @@ def _http_url(value: str | None, key: str, *, origin: bool = False) -> str | Non
 
 class _Strict(BaseModel):
     # No NaN or infinity: NaN passes every bound, and an infinite wait is no bound.
+    # Frozen all the way down, as hostkit.toml's other tables (FrozenList for a list).
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # freeze() keeps a configuration as it is (hostkit.freeze.DEEPLY_FROZEN).
+    __hostkit_deeply_frozen__: ClassVar[bool] = True
 
 
 class ChannelConfig(_Strict):
@@ -87,7 +91,7 @@ class ChannelConfig(_Strict):
     token_env: str | None = Field(default=None, pattern=_ENV_NAME)
     # Platform user ids allowed to talk to the agent; "*" lets every authenticated sender.
     # Required for slack and telegram (see _senders); the webhook's default is "*".
-    allow: list[str] = Field(default=None, max_length=MAX_ALLOW, validate_default=True)
+    allow: FrozenList[str] = Field(default=None, max_length=MAX_ALLOW, validate_default=True)
     # Request bodies over this are refused with 413 before they are read in full.
     max_body_bytes: int = Field(default=1_048_576, ge=1_024, le=8 * 1_048_576)
     # Signed requests older (or newer) than this are refused as replays.
@@ -112,11 +116,11 @@ class ChannelConfig(_Strict):
                 'to the agent (write allow = ["*"] to allow everyone explicitly)'
             )
         # The generic webhook's sender is asserted by whoever holds the signing secret.
-        return ["*"]
+        return ("*",)
 
     @pydantic.field_validator("allow")
     @classmethod
-    def _senders(cls, value: list[str]) -> list[str]:
+    def _senders(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for sender in value:
             if sender != "*" and not _SENDER.fullmatch(sender):
                 raise ValueError(f"allow entry {sender[:40]!r} is not a platform user id or '*'")

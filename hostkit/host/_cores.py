@@ -28,6 +28,7 @@ from hostkit.cores import (
     policy_rules,
 )
 from hostkit.errors import ConfigError, HostkitError, StoreError
+from hostkit.freeze import FrozenMap
 from hostkit.host._config import AgentConfig, HostConfig, PolicyConfig
 from hostkit.host._grants import Builtin, policy_problem
 from hostkit.store import CoreStore
@@ -114,7 +115,7 @@ async def compose_cores(
             warnings.append(reason)
             continue
         loaded[core_id] = core
-    composed = config.model_copy(update={"agents": agents})
+    composed = config.model_copy(update={"agents": FrozenMap(agents)})
     return composed, loaded, tuple(warnings)
 
 
@@ -151,7 +152,7 @@ def compile_core(config: HostConfig, core: LoadedCore) -> AgentConfig:
             raise core.problem(
                 key, f"{name!r} is not a provider under [providers] of the Host's hostkit.toml"
             )
-    rules = {str(kind): effects for kind, effects in policy_rules(manifest).items()}
+    rules = {str(kind): tuple(effects) for kind, effects in policy_rules(manifest).items()}
     builtins = {
         effect
         for rule, approval in manifest.capabilities.items()
@@ -172,20 +173,22 @@ def compile_core(config: HostConfig, core: LoadedCore) -> AgentConfig:
     return agent
 
 
-def _agent_config(core: LoadedCore, rules: dict[str, list[str]], builtins: set[str]) -> AgentConfig:
+def _agent_config(
+    core: LoadedCore, rules: dict[str, tuple[str, ...]], builtins: set[str]
+) -> AgentConfig:
     manifest = core.manifest
     return AgentConfig(
         provider=manifest.model,
         instructions=core.instructions or AgentConfig.model_fields["instructions"].default,
-        tool_modules=[core.module(name) for name in manifest.tools],
-        tool_path=[str(core.root)],
-        builtins=sorted(builtins),  # type: ignore[arg-type]
-        url_allow_private=list(manifest.url_allow_private),
+        tool_modules=tuple(core.module(name) for name in manifest.tools),
+        tool_path=(str(core.root),),
+        builtins=tuple(sorted(builtins)),  # type: ignore[arg-type]
+        url_allow_private=tuple(manifest.url_allow_private),
         memory=manifest.memory,
         policy=PolicyConfig(**rules),
         max_steps=manifest.limits.max_steps,
         workspace=manifest.workspace,
-        secrets=list(manifest.secrets()),
+        secrets=tuple(manifest.secrets()),
         secret_ttl_s=manifest.limits.secret_ttl_s,
         summarizer=manifest.summarizer,
         sandbox=manifest.sandbox,

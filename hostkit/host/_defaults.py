@@ -420,8 +420,8 @@ def sandbox_policy(
     """How ``agent``'s processes are isolated: its ``sandbox`` mode, the ``terminal.network``
     grant, ``[host.limits]``, and the Host's own state to hide from them.
 
-    ``policy``: the one the request carries (the generation resolved it), so a
-    source's edit of the configuration it was handed grants no network.
+    ``policy``: the one the request carries (the generation resolved it once, before any
+    source ran), so the grant is the runtime's decision, not a source's reading of it.
     """
     settings = config.agents[agent]
     limits = config.host.limits

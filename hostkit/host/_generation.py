@@ -130,14 +130,13 @@ class Generation(AsyncResource):
         self.outputs = dict(outputs or {})
         self.processes = processes
         self.estimators = estimators
+        # Handed as it is to every source (each request's ``config``): it is immutable all
+        # the way down, so no source can change what this generation, ``host.config`` or
+        # another agent's requests see, and nothing needs copying.
         self.config = config
-        # Resolved before any source runs, and never again: the runtime decides policy,
-        # and nothing a source or a caller does to a configuration's lists changes it.
+        # Resolved before any source runs, and never again: the runtime decides policy (a
+        # source is handed it in ToolRequest.policy), each agent's compiled once.
         self._policies = {name: agent_policy(agent) for name, agent in config.agents.items()}
-        # What the sources are handed (each request's ``config``): a copy per agent, made
-        # when first handed, so a source that edits it changes neither this generation,
-        # ``host.config``, nor what another agent's requests carry.
-        self._handed: dict[str, HostConfig] = {}
         self.capabilities = capabilities
         self.effects = EffectRuntime(toolsets=self, approvals=approvals, store=store, mcp=mcp)
         self.active = 0
@@ -152,13 +151,6 @@ class Generation(AsyncResource):
     def policy(self, agent: str) -> EffectPolicy:
         """``agent``'s policy as this generation resolved it when it was built."""
         return self._policies[agent]
-
-    def handed(self, agent: str) -> HostConfig:
-        """The copy of the configuration ``agent``'s requests carry (made on first use)."""
-        copy = self._handed.get(agent)
-        if copy is None:
-            copy = self._handed[agent] = self.config.model_copy(deep=True)
-        return copy
 
     async def serves(self, agent: str) -> bool:
         """Whether this generation can build ``agent``'s tools (it may now, to know)."""
@@ -211,12 +203,12 @@ class Generation(AsyncResource):
                 return cached
             policy = self.policy(agent)
             memory = (
-                await self.capabilities.memory.memory(MemoryRequest(self.handed(agent), agent))
+                await self.capabilities.memory.memory(MemoryRequest(self.config, agent))
                 if self.config.agents[agent].memory
                 else None
             )
             request = ToolRequest(
-                self.handed(agent), agent, policy, self.workspace(agent), memory, self.processes
+                self.config, agent, policy, self.workspace(agent), memory, self.processes
             )
             source = self.capabilities.tools
             offered = _sourced(await source.tools(request), f"source:{type(source).__name__}")
@@ -341,7 +333,7 @@ class Generation(AsyncResource):
         self.active += 1
         try:
             provider = await self.capabilities.providers.model_provider(
-                ProviderRequest(self.handed(core_id), core_id)
+                ProviderRequest(self.config, core_id)
             )
             if self.estimators is not None:
                 # A source may know its providers' exact tokenizers (duck-typed: optional).
@@ -424,9 +416,7 @@ class Generation(AsyncResource):
         if config is None:
             return None
         provider = await self.capabilities.providers.model_provider(
-            ProviderRequest(
-                self.handed(agent), agent, provider=config.summarizer or config.provider
-            )
+            ProviderRequest(self.config, agent, provider=config.summarizer or config.provider)
         )
         return ProviderSummarizer(provider)
 

@@ -6,9 +6,10 @@ import contextlib
 import functools
 import inspect
 import logging
+import math
 import os
 import weakref
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -45,6 +46,7 @@ from hostkit.errors import (
     TurnRejected,
     bounded,
 )
+from hostkit.freeze import FrozenMap
 from hostkit.host._agent import (
     Agent,
     check_agent_code,
@@ -299,8 +301,10 @@ class Host(AsyncResource):
         # apply_config (reloads and core moves go through it): one at a time, composing to
         # installing; aclose takes it (bounded) before closing the generations.
         self._apply_lock = anyio.Lock()
-        # The apply's tools build under way: aclose cancels it (nothing is installed).
-        self._building: anyio.CancelScope | None = None
+        # The tools builds under way (an apply's, a core move's tools gate), each with the
+        # event set once it ended: aclose cancels them (nothing is installed, no core moves)
+        # and waits for them to end, discovery children with them (bounded).
+        self._building: dict[anyio.CancelScope, anyio.Event] = {}
 
     def _new_generation(
         self,
@@ -555,10 +559,11 @@ class Host(AsyncResource):
 
     async def _build_core_tools(self, core: LoadedCore) -> None:
         """Build a candidate revision's tools as its generation would (the promotion's
-        tools gate): a ``ConfigError`` when they cannot be, so it never goes live."""
+        or rollback's tools gate): a ``ConfigError`` when they cannot be, so it never
+        goes live. ``aclose`` cancels it: ``TurnRejected``, no verdict (nothing recorded)."""
         agent = compile_core(self.declared_config, core)
         async with self._held() as current:
-            agents = {**current.config.agents, core.core_id: agent}
+            agents = FrozenMap({**current.config.agents, core.core_id: agent})
             config = current.config.model_copy(update={"agents": agents})
             # The current generation's sources, not closed with the candidate's (which
             # holds no package: the tools discovered stay cached for the apply).
@@ -566,9 +571,29 @@ class Host(AsyncResource):
                 0, config, current.capabilities, supplied=current.capabilities
             )
             try:
-                await candidate.build_tools([core.core_id], fatal=[core.core_id])
+                with self._build_scope() as scope:
+                    await candidate.build_tools(
+                        [core.core_id], fatal=[core.core_id], closing=self._closing
+                    )
             finally:
                 await uninterrupted(self._discard(candidate))
+        if scope.cancelled_caught:
+            raise TurnRejected(f"the Host is closing: core {core.core_id!r} did not move")
+
+    @contextlib.contextmanager
+    def _build_scope(self, deadline_s: float = math.inf) -> Iterator[anyio.CancelScope]:
+        """The cancel scope of a tools build, ``deadline_s`` long, that ``aclose`` cancels
+        (at once when the close already began) and then waits for."""
+        ended = anyio.Event()
+        with anyio.CancelScope(deadline=anyio.current_time() + deadline_s) as scope:
+            self._building[scope] = ended
+            try:
+                if self._closing():
+                    scope.cancel()
+                yield scope
+            finally:
+                del self._building[scope]
+                ended.set()
 
     async def _core_moved(self, core_id: str, revision: str) -> None:
         self._approval_runtime.invalidate(core_id=core_id)
@@ -765,10 +790,7 @@ class Host(AsyncResource):
             return agent not in changed and await previous.serves(agent)
 
         try:
-            with anyio.CancelScope(deadline=anyio.current_time() + BUILD_TOOLS_DEADLINE_S) as scope:
-                self._building = scope
-                if self._closing():
-                    scope.cancel()
+            with self._build_scope(BUILD_TOOLS_DEADLINE_S) as scope:
                 await generation.build_tools(
                     after.agents if rebuilt else changed,
                     fatal=fatal,
@@ -778,8 +800,6 @@ class Host(AsyncResource):
         except BaseException:
             await uninterrupted(self._discard(generation))
             raise
-        finally:
-            self._building = None
         if scope.cancelled_caught and not self._closing():
             _log.warning(
                 "generation %d: building the tools took over %s s; the rest are built at "
@@ -1242,8 +1262,8 @@ class Host(AsyncResource):
         for runtime in self._deliveries:
             runtime.stop()
         self._closed = True
-        if self._building is not None:
-            self._building.cancel()  # its apply sees the Host closed and installs nothing
+        for building in self._building:
+            building.cancel()  # its apply installs nothing, its core move records nothing
         self.store.limit_waits(CLOSE_LOCK_WAIT_S)
         # Uninterrupted: a cancelled caller must not leave sources or child processes open.
         await uninterrupted(self._close())
@@ -1258,6 +1278,7 @@ class Host(AsyncResource):
             stack.push_async_callback(self.context.aclose)
             stack.push_async_callback(self._close_supplied)
             stack.push_async_callback(self._close_generations)
+            stack.push_async_callback(self._builds_ended)
             stack.push_async_callback(self.authority.aclose)
             stack.push_async_callback(self.processes.aclose)
             stack.push_async_callback(self.mcp.aclose)
@@ -1265,6 +1286,15 @@ class Host(AsyncResource):
             stack.push_async_callback(self._stop_deliveries)
             stack.push_async_callback(self._stop_workers)
             stack.callback(self._approval_runtime.close)
+
+    async def _builds_ended(self) -> None:
+        """Wait for the tools builds ``aclose`` cancelled to end, and their discovery
+        children with them (bounded: ``APPLY_CLOSE_WAIT_S``)."""
+        with anyio.move_on_after(APPLY_CLOSE_WAIT_S) as waited:
+            for ended in list(self._building.values()):
+                await ended.wait()
+        if waited.cancelled_caught:
+            _log.warning("a tools build outlasted %s s; closing anyway", APPLY_CLOSE_WAIT_S)
 
     async def _close_generations(self) -> None:
         """Close every generation, after an apply in progress finished (bounded wait).

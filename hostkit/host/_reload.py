@@ -30,6 +30,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from hostkit.errors import ConfigError, HostkitError, bounded
+from hostkit.freeze import FrozenMap
 from hostkit.host._config import MAX_CONFIG_BYTES, HostConfig
 from hostkit.host._cores import compose_cores
 from hostkit.store import CoreStore, RuntimeStore
@@ -243,7 +244,7 @@ async def check_cores(config: HostConfig, live: Mapping[str, str | None], store:
     for core_id, sha in live.items():
         if sha is None or core_id not in config.cores:
             continue
-        only = config.model_copy(update={"cores": {core_id: config.cores[core_id]}})
+        only = config.model_copy(update={"cores": FrozenMap({core_id: config.cores[core_id]})})
         try:
             await compose_cores(only, store, strict=True)
         except ConfigError as exc:

@@ -15,7 +15,7 @@ import pytest
 
 import hostkit
 from hostkit.effects import ApprovalDecision, ApprovalRequest, provider_name
-from hostkit.freeze import thaw
+from hostkit.freeze import FrozenMap, thaw
 from hostkit.host import parse_config
 from hostkit.host._defaults import DefaultProviderSource
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
@@ -673,7 +673,7 @@ async def test_a_channel_may_name_a_python_agent_and_its_inbounds_run_it(tmp_pat
 async def test_a_host_of_python_agents_only_makes_an_inbox_worker(tmp_path: Path) -> None:
     """No ``assistant`` here, and each channel names its agent: the worker's default
     agent is not checked unless given (it refused such a Host once)."""
-    config = channel_config(tmp_path, "calc").model_copy(update={"agents": {}})
+    config = channel_config(tmp_path, "calc").model_copy(update={"agents": FrozenMap()})
     agent = hostkit.Agent("calc", model=ScriptedModel([Reply("42")]))
     async with hostkit.Host.open(config, agents=[agent]) as host:
         assert "assistant" not in host.config.agents

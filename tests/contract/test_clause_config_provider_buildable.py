@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from hostkit.errors import ConfigError
+from hostkit.freeze import thaw
 from hostkit.host import Host, ProviderRequest, parse_config
 from hostkit.host._defaults import DefaultProviderSource
 from tests.contract._config_apply import write_config
@@ -132,9 +133,9 @@ def test_json_script_arguments_are_accepted(tmp_path: Path) -> None:
     )
     (kept,) = config.providers["p"].script
     assert kept.tool == "files.read"
-    assert kept.arguments == arguments
+    assert thaw(kept.arguments) == arguments
     # Exactly, type for type: True stays a bool (not 1), the integer is not a float.
-    assert json.dumps(kept.arguments, sort_keys=True) == json.dumps(arguments, sort_keys=True)
+    assert json.dumps(thaw(kept.arguments), sort_keys=True) == json.dumps(arguments, sort_keys=True)
 
 
 BUILDABLE: dict[str, dict[str, Any]] = {

@@ -118,7 +118,7 @@ def test_module_names_are_accepted(tmp_path: Path) -> None:
     config = parse_config(
         data({"tool_modules": ["tools", "pkg.tools", "_x.y2"]}), base_dir=tmp_path
     )
-    assert config.agents["a"].tool_modules == ["tools", "pkg.tools", "_x.y2"]
+    assert config.agents["a"].tool_modules == ("tools", "pkg.tools", "_x.y2")
 
 
 @pytest.mark.parametrize("entry", ["not a host!!", "", "http://intranet", "10.0.0.0/33", "a" * 300])
@@ -133,7 +133,7 @@ def test_a_private_allowance_that_is_neither_host_nor_cidr_is_refused(
 def test_hosts_and_networks_are_accepted_as_private_allowances(tmp_path: Path) -> None:
     entries = ["intranet.example", "localhost", "10.0.0.0/8", "::1", "192.168.1.7"]
     config = parse_config(data({"url_allow_private": entries}), base_dir=tmp_path)
-    assert config.agents["a"].url_allow_private == entries
+    assert config.agents["a"].url_allow_private == tuple(entries)
 
 
 BAD_NAMES = {

@@ -102,16 +102,16 @@ async def test_each_rule_compiles_to_its_effects_and_nothing_else_is_allowed(
         "mcp.connect:anything": "deny",
     }
     assert "*" not in agent.policy.allow
-    assert agent.builtins == [
+    assert agent.builtins == (
         "files.edit",
         "files.list",
         "files.read",
         "files.write",
         "web.extract",
-    ]
-    assert agent.secrets == ["DEPLOY_TOKEN"]
+    )
+    assert agent.secrets == ("DEPLOY_TOKEN",)
     assert agent.provider == "test"
-    assert agent.tool_path == [str(loaded.root)]
+    assert agent.tool_path == (str(loaded.root),)
 
 
 async def test_an_authored_tool_is_offered_asked_and_refused_like_any_tool(

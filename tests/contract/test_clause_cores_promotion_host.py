@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
 from hostkit.effects import ApprovalKey
@@ -20,6 +21,7 @@ from hostkit.host import Host
 from hostkit.host._tool_modules import ToolModules
 from tests.cores_support import commit, core_host_config, live_of, make_core, manifest_text
 from tests.hosts import request
+from tests.support import gone
 
 pytestmark = pytest.mark.anyio
 
@@ -195,3 +197,76 @@ async def test_a_move_whose_apply_cannot_build_the_tools_is_installed_unavailabl
     assert host.generation == 2
     assert "its dependency is gone" in refused.value.message
     assert not reloaded.rejected, reloaded
+
+
+# A tools: module whose import, once ``block`` exists, names its process in ``started``
+# and takes far longer than any test: the gate that discovers it is under way until ended.
+_SLOW_TOOL = (
+    "import os, pathlib, time\n"
+    "if pathlib.Path({block!r}).exists():\n"
+    "    pathlib.Path({started!r}, str(os.getpid())).touch()\n"
+    "    time.sleep(60)\n"
+) + _TOOL.replace("notes.write", "notes.slow").format(name="slow")
+
+
+@pytest.mark.parametrize("move", ["promote", "rollback"])
+async def test_aclose_cancels_a_moves_tools_gate_and_nothing_is_recorded(
+    tmp_path: Path, move: str
+) -> None:
+    """A promotion (or rollback) whose tools gate is discovering a module is not waited
+    for: ``aclose`` ends the gate and its discovery child at once, the move is refused
+    with the Host closing, and no event is recorded: the core stays where it was."""
+    started, block = tmp_path / "started", tmp_path / "block"
+    started.mkdir()
+    files = {
+        "agent/__init__.py": "",
+        "agent/a.py": _TOOL.format(name="a"),
+        "agent/slow.py": _SLOW_TOOL.format(block=str(block), started=str(started)),
+    }
+
+    def tools(*modules: str) -> dict[str, object]:
+        # Unsandboxed: the pid the module writes is the discovery child's own.
+        return {
+            **_tools_manifest(*modules),
+            "capabilities": {"notes.*": "allow"},
+            "sandbox": "none",
+        }
+
+    path, _ = make_core(tmp_path, "notes", manifest=tools("a", "slow"), files=files)
+    config = core_host_config(tmp_path, {"notes": path}, providers=PROVIDERS)
+    refused: list[Exception] = []
+    async with Host.open(config) as host:
+        # Another revision, so the gate discovers agent/slow.py anew (at its own commit).
+        candidate = commit(path, {"agent.yaml": manifest_text(tools("slow", "a"))}, "again")
+        if move == "rollback":
+            await host.cores.promote("notes", candidate, actor="ops")  # the first is the target
+        history, live = await host.cores.history("notes"), live_of(path)
+        block.touch()
+
+        async def moving() -> None:
+            try:
+                if move == "promote":
+                    await host.cores.promote("notes", candidate, actor="ops")
+                else:
+                    await host.cores.rollback("notes", actor="ops", reason="back")
+            except Exception as exc:
+                refused.append(exc)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(moving)
+                while not any(started.iterdir()):  # noqa: ASYNC110 (a child process writes it)
+                    await anyio.sleep(0.02)
+                (child,) = (int(entry.name) for entry in started.iterdir())
+                with anyio.fail_after(5):
+                    await host.aclose()
+                ended = gone(child)  # when aclose returns, not later
+    assert ended
+    assert [type(exc) for exc in refused] == [TurnRejected], refused
+    assert "is closing: core 'notes' did not move" in str(refused[0])
+    # Nothing recorded, nothing moved: the store, the ref and the next Host agree.
+    assert live_of(path) == live
+    block.unlink()
+    async with Host.open(config) as again:
+        assert await again.cores.history("notes") == history
+        assert (await again.cores.status("notes")).live == live

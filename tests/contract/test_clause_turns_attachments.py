@@ -339,7 +339,7 @@ def test_configured_providers_declare_attachments_and_the_local_model_takes_none
         {**base, "providers": {"p": {"kind": "scripted", "attachments": ["image/png"]}}},
         base_dir=tmp_path,
     )
-    assert parsed.providers["p"].attachments == ["image/png"]
+    assert parsed.providers["p"].attachments == ("image/png",)
     for bad in (
         {"kind": "local", "attachments": ["image/png"]},
         {"kind": "scripted", "attachments": ["image/bmp"]},

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from typing import ClassVar
 
+import pydantic
 import pytest
 
 from hostkit.errors import (
@@ -20,7 +22,7 @@ from hostkit.errors import (
     bounded,
     bounded_hides,
 )
-from hostkit.freeze import FrozenMap, freeze, thaw
+from hostkit.freeze import DEEPLY_FROZEN, FrozenMap, freeze, thaw
 from hostkit.types import (
     REDACTED,
     ConversationFacts,
@@ -87,6 +89,32 @@ def test_freeze_refuses_unknown_mutable_objects() -> None:
 
     with pytest.raises(TypeError):
         freeze({"bag": Bag()})
+
+
+def test_freeze_trusts_only_a_model_that_says_it_is_frozen_all_the_way_down() -> None:
+    """The parsed configuration's models declare ``DEEPLY_FROZEN`` (their containers are
+    tuples and FrozenMap): a table of them freezes as it is. pydantic's ``frozen`` alone
+    stops reassignment, not an edit of a list the model holds: refused, as is a model that
+    is not frozen at all."""
+
+    class Deep(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(frozen=True)
+        __hostkit_deeply_frozen__: ClassVar[bool] = True
+        names: tuple[str, ...] = ("a",)
+
+    class Shallow(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(frozen=True)
+        names: list[str] = ["a"]
+
+    class Open(pydantic.BaseModel):
+        name: str = "a"
+
+    assert getattr(Deep, DEEPLY_FROZEN) is True
+    model = Deep()
+    assert freeze({"m": model})["m"] is model
+    for refused in (Shallow(), Open()):
+        with pytest.raises(TypeError):
+            freeze({"m": refused})
 
 
 def test_frozen_map_cannot_be_mutated_and_is_hashable() -> None:

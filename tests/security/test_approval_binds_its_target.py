@@ -33,6 +33,7 @@ from hostkit.builtins.files import (
 from hostkit.builtins.files._workspace import MAX_WRITE_BYTES
 from hostkit.effects import ApprovalDecision, ApprovalRequest, Prepared
 from hostkit.errors import ApprovalRefused
+from hostkit.freeze import FrozenMap
 from hostkit.host import Host, HostConfig, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import TurnResult
@@ -359,9 +360,9 @@ async def test_a_write_nobody_is_asked_about_never_makes_a_diff(
     monkeypatch.setattr(_files, "unified_diff", never)
     config = host_config(tmp_path)
     allowed = config.agents["assistant"].model_copy(
-        update={"policy": config.agents["assistant"].policy.model_copy(update={"ask": []})}
+        update={"policy": config.agents["assistant"].policy.model_copy(update={"ask": ()})}
     )
-    config = config.model_copy(update={"agents": {"assistant": allowed}})
+    config = config.model_copy(update={"agents": FrozenMap({"assistant": allowed})})
     async with Host.open(config, capabilities=capabilities(append_c(), config=config)) as host:
         result = await host.turns.run(request("append c"))
     assert [(e.effect, e.status) for e in result.effects] == [("files.write", "succeeded")]

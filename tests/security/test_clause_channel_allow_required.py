@@ -47,13 +47,13 @@ def test_slack_and_telegram_refuse_a_table_without_allow(tmp_path: Path, case: s
 @pytest.mark.parametrize("case", sorted(TABLES))
 def test_an_explicit_allow_is_kept(tmp_path: Path, case: str) -> None:
     everyone = _config(tmp_path, {**TABLES[case], "allow": ["*"]})
-    assert everyone.channels["chat"].allow == ["*"]
+    assert everyone.channels["chat"].allow == ("*",)
     some = _config(tmp_path, {**TABLES[case], "allow": ["U42", "7"]})
-    assert some.channels["chat"].allow == ["U42", "7"]
+    assert some.channels["chat"].allow == ("U42", "7")
     nobody = _config(tmp_path, {**TABLES[case], "allow": []})
-    assert nobody.channels["chat"].allow == []
+    assert nobody.channels["chat"].allow == ()
 
 
 def test_the_generic_webhook_defaults_to_every_signed_sender(tmp_path: Path) -> None:
     config = _config(tmp_path, {"kind": "webhook", "secret_env": "H_SECRET"})
-    assert config.channels["chat"].allow == ["*"]
+    assert config.channels["chat"].allow == ("*",)

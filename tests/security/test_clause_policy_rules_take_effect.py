@@ -142,7 +142,7 @@ def test_globs_that_match_effects_as_written_are_no_provider_spelling(tmp_path: 
         {"mcp": GIT, "policy": {"allow": ["*", "mcp.connect:*"], "ask": ["mcp.*.push*"]}},
         tmp_path,
     )
-    assert parsed.agents["a"].policy.allow == ["*", "mcp.connect:*"]
+    assert parsed.agents["a"].policy.allow == ("*", "mcp.connect:*")
 
 
 def test_an_agent_yaml_rule_in_the_models_spelling_is_refused() -> None:
@@ -348,7 +348,8 @@ def test_a_private_allowance_with_host_bits_is_refused_not_widened(
 
 def test_a_network_or_one_address_is_still_accepted(tmp_path: Path) -> None:
     entries = ["10.0.0.0/8", "10.1.2.3", "10.1.2.3/32", "fd00::/8", "db.internal"]
-    assert config({"url_allow_private": entries}, tmp_path).agents["a"].url_allow_private == entries
+    parsed = config({"url_allow_private": entries}, tmp_path)
+    assert parsed.agents["a"].url_allow_private == tuple(entries)
 
 
 @pytest.mark.parametrize(("connect", "held"), [("allow", True), ("ask", True), ("deny", False)])
@@ -373,7 +374,7 @@ def test_a_glob_over_a_tool_modules_undotted_effects_is_accepted(tmp_path: Path,
     """Only an exact provider spelling (``files_write``) is refused: a glob may match a
     tool module's effects (``notes_write``), which parsing cannot know yet."""
     parsed = config({"policy": {"ask": [rule]}}, tmp_path)
-    assert parsed.agents["a"].policy.ask == [rule]
+    assert parsed.agents["a"].policy.ask == (rule,)
     policy = agent_policy(parsed.agents["a"])
     # Kept and in effect: it asks for the effects it matches, and only those.
     expected = "ask" if fnmatch.fnmatchcase("notes_write", rule) else "allow"

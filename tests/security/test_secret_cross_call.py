@@ -30,6 +30,7 @@ from hostkit.effects import (
     secret_grant,
     tool,
 )
+from hostkit.freeze import FrozenMap
 from hostkit.host import Host, HostConfig, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import EffectRequest, ModelLimits, ModelRequest, TurnExecutionContext
@@ -247,8 +248,8 @@ async def test_a_secret_another_agent_holds_is_masked_for_an_agent_without_it(
     the helper agent's to read, though the helper holds no grant for that secret."""
     monkeypatch.setenv(NAME, SECRET)
     config = host_config(tmp_path, ["files.read"])
-    helper = config.agents["assistant"].model_copy(update={"secrets": []})
-    config = config.model_copy(update={"agents": {**config.agents, "helper": helper}}, deep=True)
+    helper = config.agents["assistant"].model_copy(update={"secrets": ()})
+    config = config.model_copy(update={"agents": FrozenMap({**config.agents, "helper": helper})})
     await anyio.Path(tmp_path / "workspace" / "deploy.log").write_text(f"token={SECRET}\n")
     model = ScriptedModel(
         [CallTools(("files_read", {"path": "deploy.log"})), Reply("done")], repeat_last=True

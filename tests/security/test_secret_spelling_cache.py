@@ -20,6 +20,7 @@ import pytest
 from hostkit.effects import ApprovalRuntime, EffectRuntime
 from hostkit.effects import _redaction as redaction
 from hostkit.effects._redaction import Redactor
+from hostkit.freeze import FrozenMap
 from hostkit.host import Host, HostConfig
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from tests.contract.test_effects_terminal import POLICY, PY, Terminal, Tools, output
@@ -179,8 +180,10 @@ async def test_a_replaced_generation_leaves_no_spelling_of_a_secret_it_removed(
     try:
         old = runtime_of(host).held_spellings
         assert old.holds(SECRET)
-        agent = config.agents["assistant"].model_copy(update={"secrets": []})
-        removed = config.model_copy(update={"agents": {"assistant": agent}, "secrets": {}})
+        agent = config.agents["assistant"].model_copy(update={"secrets": ()})
+        removed = config.model_copy(
+            update={"agents": FrozenMap({"assistant": agent}), "secrets": FrozenMap()}
+        )
         model = ScriptedModel([CallTools(("files_read", {"path": "note.txt"})), Reply("done")])
         await host.apply_config(removed, capabilities=capabilities(model, config=removed))
         assert not old.holds(SECRET)
