@@ -214,11 +214,12 @@ def redact_credentials(text: str) -> str:
     return _TOKEN_SHAPES.sub("[redacted]", value)
 
 
-def unbounded_message(exc: BaseException) -> str:
+def unbounded_message(exc: object) -> str:
     """An exception's text before ``bounded()`` flattened and cut it (a ``HostkitError``'s).
 
     For redactors only: secrets are masked in this text, and then it is bounded.
-    Any other exception gives ``str(exc)``, or its type name when that fails.
+    Any other exception (or value: a tool's reported error) gives ``str(exc)``, or
+    its type name when that fails.
     """
     kept = getattr(exc, "_unbounded", None)
     if isinstance(kept, str):

@@ -34,6 +34,7 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
 from hostkit._background import Background
+from hostkit._cancellation import is_cancellation
 from hostkit._dead_claims import DEAD_CLAIMS_EVERY_S, expire_dead_claims
 from hostkit._failed_claims import FailedClaims, claim_failure
 from hostkit._renewal import RenewalPace
@@ -178,6 +179,9 @@ class DeliveryRuntime(Background):
         self._sending: set[str] = set()
         # intents attempted while stopping: the drain() after stop() never sends them again
         self._stopping_attempted: set[str] = set()
+        # A channel's KeyboardInterrupt or SystemExit, its attempt recorded: the serve that
+        # met it stops and raises it as itself, not in a group
+        self._escaped: BaseException | None = None
         # anyio.current_time() by which a requested wind-down must be over (stop(within_s))
         self._wind_by: float | None = None
         self._nudge = anyio.Event()
@@ -289,6 +293,9 @@ class DeliveryRuntime(Background):
             self._running = False
             self._stop = anyio.Event()
             self._stopped.set()
+        escaped, self._escaped = self._escaped, None
+        if escaped is not None:
+            raise escaped
         if gave_up is not None:
             # Raised here, not in the task group: the caller sees the error itself.
             raise gave_up
@@ -410,6 +417,13 @@ class DeliveryRuntime(Background):
                 except Exception as exc:
                     # A bug must not end the runtime: the claim's lease brings the intent back.
                     _log.error("intent %s: delivery failed unexpectedly: %s", intent_id, _text(exc))
+                except BaseException as exc:
+                    if is_cancellation(exc):
+                        raise
+                    # A channel's KeyboardInterrupt or SystemExit (its attempt recorded):
+                    # the runtime winds down, and its serve raises it once that is over.
+                    self._escaped = self._escaped or exc
+                    self.stop()
         finally:
             if self._stop.is_set() or self._wind_by is not None:
                 self._stopping_attempted.add(intent_id)
@@ -473,26 +487,44 @@ class DeliveryRuntime(Background):
         failure: DeliveryFailure | None = None
         sent = False
         closing = False
+        escaped: BaseException | None = None
         async with anyio.create_task_group() as keeper:
             keeper.start_soon(self._keep, intent_id, lost, keeper.cancel_scope)
             try:
                 failure = await self._send(claimed)
             except ChannelsClosing:
                 closing = True
+            except BaseException as exc:
+                # The channel's own BaseException (a KeyboardInterrupt, a SystemExit, a
+                # CancelledError of its own) is this attempt's failure, recorded as one and
+                # not as a shutdown's cut; real cancellation goes on as itself.
+                if is_cancellation(exc):
+                    raise
+                _log.warning(
+                    "intent %s: channel %r raised %s",
+                    intent_id,
+                    claimed.intent.channel,
+                    type(exc).__name__,
+                )
+                failure = _failure("transient", "channel_error", type(exc).__name__)
+                escaped = exc
             sent = True
             keeper.cancel_scope.cancel()
         if lost.is_set() or not sent:
             self._forget(intent_id)
             _log.info("intent %s: the claim was taken over while sending", intent_id)
-            return
-        if closing:
+        elif closing:
             # Nothing was sent: not an attempt. The channels go with their owner, so
             # this runtime stops too (a claim loop would only take the intent back).
             self.stop()
             await self._release(self._claims.get(intent_id, claimed))
             self._forget(intent_id)
-            return
-        await self._settle(intent_id, failure)
+        else:
+            await self._settle(intent_id, failure)
+        # Raised as itself once recorded (outside this group: not hidden in an
+        # ExceptionGroup); a CancelledError of the channel's own was only its failure.
+        if escaped is not None and not isinstance(escaped, anyio.get_cancelled_exc_class()):
+            raise escaped
 
     async def _send(self, claimed: ClaimedDelivery) -> DeliveryFailure | None:
         """One attempt through the channel the route's alias names now; its failure, if any.

@@ -31,7 +31,7 @@ import anyio
 from hostkit._boot_clock import boot_clock
 from hostkit._cancellation import is_cancellation
 from hostkit.effects._diff import bounded_view
-from hostkit.errors import ApprovalClosed, InvalidValue
+from hostkit.errors import ApprovalClosed, HostkitError, InvalidValue, RuntimeFailure, bounded
 from hostkit.freeze import FrozenMap
 from hostkit.store import ApprovalDecision, ApprovalRevocation, ApprovalStatus, RevocationPage
 from hostkit.types import is_seconds
@@ -459,9 +459,19 @@ class ApprovalRuntime:
     async def _decide(
         self, provider: ApprovalProvider, request: ApprovalRequest, record: AskRecord | None
     ) -> ApprovalDecision | None:
-        """The provider's answer; None when the durable record stopped being pending first."""
+        """The provider's answer; None when the durable record stopped being pending first.
+
+        An ``Exception`` the provider raised (not a ``HostkitError``) is a
+        ``RuntimeFailure`` naming the provider and the exception's type: the turn's
+        record says it was the approver, and nothing runs.
+        """
         if record is None:
-            return await provider.decide(request)
+            try:
+                return await provider.decide(request)
+            except HostkitError:
+                raise
+            except Exception as exc:
+                raise _provider_failed(provider, exc) from exc
         decision: ApprovalDecision | None = None
         failed: BaseException | None = None
         async with anyio.create_task_group() as group:
@@ -484,6 +494,8 @@ class ApprovalRuntime:
                     raise
                 failed = exc
             group.cancel_scope.cancel()
+        if isinstance(failed, Exception) and not isinstance(failed, HostkitError):
+            raise _provider_failed(provider, failed) from failed
         if failed is not None:
             raise failed
         return decision
@@ -555,3 +567,12 @@ class ApprovalRuntime:
             asking.cancel()
         for pending in self._pending.values():
             pending.done.set()
+
+
+def _provider_failed(provider: object, exc: BaseException) -> RuntimeFailure:
+    """What an approval provider that raised ends its call's turn with: only the types (its
+    own message may quote what it was shown)."""
+    return RuntimeFailure(
+        f"the approval provider {bounded(type(provider).__name__, 80)} raised "
+        f"{bounded(type(exc).__name__, 80)}; the call did not run"
+    )

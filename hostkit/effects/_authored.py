@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping, Set
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Protocol, get_type_hints, overload
+from typing import Any, ClassVar, Protocol, get_type_hints, overload
 
 import pydantic
 from pydantic.fields import FieldInfo
@@ -23,9 +23,11 @@ from hostkit.types import EffectStatus
 __all__ = [
     "MAX_DESCRIPTION_CHARS",
     "MAX_WARNING_CHARS",
+    "TOOL_STATUSES",
     "AuthorHandles",
     "AuthorState",
     "AuthoredTool",
+    "BuiltinOutcome",
     "Prepared",
     "ToolChanged",
     "ToolContext",
@@ -230,6 +232,15 @@ class Prepared:
             raise TypeError("Prepared.diff must be None or a function that makes the diff")
 
 
+# The statuses a tool's run can end with: all a ``ToolOutcome`` may report. ``denied`` and
+# ``not_found`` are the Host's verdicts (its checks refused the call, or found nothing it
+# named) and ``invalid`` the arguments': a tool claiming one would have the record and the
+# audit say the Host refused a call that ran.
+TOOL_STATUSES: frozenset[str] = frozenset(
+    {"succeeded", "failed", "timed_out", "cancelled", "indeterminate"}
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ToolOutcome:
     """A tool's own verdict when plain success is not the whole story.
@@ -237,7 +248,9 @@ class ToolOutcome:
     Returning one lets a builtin report ``failed``, ``timed_out``,
     ``cancelled`` or ``indeterminate`` with its output still shown (a command
     that exited non-zero, a process tree that could not be confirmed gone).
-    Any other return value means ``succeeded``.
+    Any other return value means ``succeeded``. Another ``status`` (one of the
+    Host's own, or a word of the tool's) is an ``InvalidValue`` when the
+    outcome is made, so the call that made it is ``failed``.
 
     ``audit`` is the call's audit view: what the Host actually did (the
     working directory, environment names and executable of a process; the
@@ -250,6 +263,32 @@ class ToolOutcome:
     output: Any = None
     error: str | None = None
     audit: Mapping[str, Any] | None = None
+    _statuses: ClassVar[frozenset[str]] = TOOL_STATUSES
+
+    def __post_init__(self) -> None:
+        status = self.status
+        if not isinstance(status, str) or str.__str__(status) not in self._statuses:
+            shown = repr(str.__str__(status)) if isinstance(status, str) else type(status).__name__
+            raise InvalidValue(
+                f"{type(self).__name__}.status must be one of "
+                f"{', '.join(sorted(self._statuses))}, not {bounded(shown, 60)}"
+            )
+        object.__setattr__(self, "status", str.__str__(status))
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinOutcome(ToolOutcome):
+    """A Host builtin's outcome, which may also carry the Host's own verdicts.
+
+    ``denied``: a Host check that can only run inside the effect refused (a
+    secret binding expired, the sandbox is unavailable, a run belongs to
+    another Host process); ``not_found``: what the call named is not there or
+    not the caller's. The Host's builtins only: an authored tool reports how
+    its run ended (``ToolOutcome``), and a refusal of its own is a raised
+    ``PolicyRefusal`` (docs/effects.md, the pipeline's step 7).
+    """
+
+    _statuses: ClassVar[frozenset[str]] = TOOL_STATUSES | {"denied", "not_found"}
 
 
 class AuthoredTool:

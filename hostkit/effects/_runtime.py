@@ -825,7 +825,7 @@ class EffectRuntime:
                 redactor=redactor,
             )
         status: EffectStatus = "succeeded"
-        error: str | None = None
+        error: object = None
         audit: Mapping[str, Any] | None = None
         if isinstance(output, ToolOutcome):
             status, error, audit, output = output.status, output.error, output.audit, output.output
@@ -836,6 +836,9 @@ class EffectRuntime:
             derived = [*arguments, *derived_secrets(output)]
             redactor = Redactor.of(held, derived, held=self.held_spellings)
             text, size, truncated = render_output(output, redactor=redactor)
+            # The tool's own error may be any object: one whose __str__ raises is named by
+            # its type (the call ran and ended as the tool said; only its text is lost).
+            shown = None if error is None else unbounded_message(error)
         except Exception:
             return failed_safely(call_id=call_id, effect=effect, started=True)
         return result(
@@ -844,7 +847,7 @@ class EffectRuntime:
             status=status,
             started=True,
             model_text=text,
-            error=None if error is None else str(error),
+            error=shown,
             size=size,
             truncated=truncated,
             redactor=redactor,

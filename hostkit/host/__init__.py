@@ -48,6 +48,7 @@ from hostkit.host._defaults import (
     DefaultToolSource,
     NoChannels,
     check_provider_extras,
+    load_channel_adapters,
 )
 from hostkit.host._generation import unknown_agent
 from hostkit.host._host import Host, TurnNotCompleted, resolve_config
@@ -108,6 +109,7 @@ __all__ = [
     "core_locations",
     "default_config",
     "load_agent",
+    "load_channel_adapters",
     "load_config",
     "memory_tools",
     "open_configured_store",

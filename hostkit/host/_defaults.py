@@ -64,6 +64,7 @@ __all__ = [
     "channel_secret",
     "check_changed_provider_keys",
     "check_provider_extras",
+    "load_channel_adapters",
     "used_providers",
 ]
 
@@ -107,6 +108,24 @@ def used_providers(config: HostConfig) -> tuple[str, ...]:
         if name is not None and name in config.providers
     }
     return tuple(sorted(names))
+
+
+def _load_channel_adapters() -> None:
+    """Import the outbound adapters, and httpx with them (hostkit.delivery loads lazily)."""
+    from hostkit.delivery import SharedClient, SlackChannel, TelegramChannel, WebhookChannel
+
+    del SharedClient, SlackChannel, TelegramChannel, WebhookChannel
+
+
+async def load_channel_adapters(config: HostConfig) -> None:
+    """Load the outbound adapters off the event loop when a channel of ``config`` delivers.
+
+    ``ConfiguredChannels`` builds them on the loop, and their first import reads
+    files (httpx's and its dependencies'): at a notebook's ``Host.open`` or a
+    reload that adds the first delivering channel, that would stall the loop.
+    """
+    if any(settings.delivers for settings in config.channels.values()):
+        await anyio.to_thread.run_sync(_load_channel_adapters)
 
 
 def check_provider_extras(config: HostConfig) -> None:
@@ -473,7 +492,7 @@ class ConfiguredChannels(AsyncResource):
     ) -> OutboundChannel | None:
         if not settings.delivers:
             return None
-        # The adapters (and httpx) load with the first channel that sends.
+        # Loaded off the event loop by load_channel_adapters first (the Host calls it).
         from hostkit.delivery import SharedClient, SlackChannel, TelegramChannel, WebhookChannel
 
         if self._client is None:

@@ -33,6 +33,7 @@ from hostkit.effects import (
 from hostkit.errors import ConfigError, HostkitError, TurnRejected, bounded
 from hostkit.freeze import FrozenMap
 from hostkit.host._capabilities import (
+    AgentMemory,
     MemoryRequest,
     ProcessResources,
     ProviderRequest,
@@ -46,7 +47,15 @@ from hostkit.host._grants import (
     agent_policy,
     model_spelling_problem,
 )
+from hostkit.host._source_calls import (
+    ask_source,
+    checked_memory,
+    checked_provider,
+    checked_servers,
+    checked_tools,
+)
 from hostkit.host._tool_modules import forget_versions
+from hostkit.providers import ModelProvider
 from hostkit.store import RuntimeStore
 from hostkit.turns import OutputCheck, PinnedCore, capability_snapshot
 from hostkit.types import TurnExecutionContext
@@ -202,16 +211,13 @@ class Generation(AsyncResource):
             if cached is not None:
                 return cached
             policy = self.policy(agent)
-            memory = (
-                await self.capabilities.memory.memory(MemoryRequest(self.config, agent))
-                if self.config.agents[agent].memory
-                else None
-            )
+            memory = await self._memory(agent) if self.config.agents[agent].memory else None
             request = ToolRequest(
                 self.config, agent, policy, self.workspace(agent), memory, self.processes
             )
             source = self.capabilities.tools
-            offered = _sourced(await source.tools(request), f"source:{type(source).__name__}")
+            found = await ask_source("tool", source, lambda: source.tools(request))
+            offered = _sourced(checked_tools(source, found), f"source:{type(source).__name__}")
             servers = await self._mcp_servers(request)
             # An MCP server's tools are discovered per session, after the snapshot is
             # pinned: the snapshot holds its connect and call grants instead.
@@ -303,11 +309,24 @@ class Generation(AsyncResource):
         if failed:
             raise failed[0]
 
+    async def _memory(self, agent: str) -> AgentMemory:
+        source = self.capabilities.memory
+        found = await ask_source(
+            "memory", source, lambda: source.memory(MemoryRequest(self.config, agent))
+        )
+        return checked_memory(source, found)
+
+    async def _provider(self, request: ProviderRequest) -> ModelProvider:
+        source = self.capabilities.providers
+        found = await ask_source("provider", source, lambda: source.model_provider(request))
+        return checked_provider(source, found)
+
     async def _mcp_servers(self, request: ToolRequest) -> tuple[McpServer, ...]:
         source = self.capabilities.mcp
         if source is None:
             return ()
-        servers = tuple(await source.mcp_servers(request))
+        found = await ask_source("MCP", source, lambda: source.mcp_servers(request))
+        servers = tuple(checked_servers(source, found))
         if servers and self.mcp is None:
             raise TurnRejected("MCP servers are declared but this Host keeps no connections")
         return servers
@@ -332,9 +351,7 @@ class Generation(AsyncResource):
         # that a turn is still pinning.
         self.active += 1
         try:
-            provider = await self.capabilities.providers.model_provider(
-                ProviderRequest(self.config, core_id)
-            )
+            provider = await self._provider(ProviderRequest(self.config, core_id))
             if self.estimators is not None:
                 # A source may know its providers' exact tokenizers (duck-typed: optional).
                 for estimator in getattr(self.capabilities.providers, "estimators", ()):
@@ -415,7 +432,7 @@ class Generation(AsyncResource):
         config = self.config.agents.get(agent)
         if config is None:
             return None
-        provider = await self.capabilities.providers.model_provider(
+        provider = await self._provider(
             ProviderRequest(self.config, agent, provider=config.summarizer or config.provider)
         )
         return ProviderSummarizer(provider)

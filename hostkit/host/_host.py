@@ -78,6 +78,7 @@ from hostkit.host._defaults import (
     DefaultCapabilities,
     check_changed_provider_keys,
     check_provider_extras,
+    load_channel_adapters,
 )
 from hostkit.host._generation import Generation, unknown_agent
 from hostkit.host._inbound import InboundCommands, InboundTurns, reply_route
@@ -480,6 +481,8 @@ class Host(AsyncResource):
             # One identity for this Host's durable leases (turns and compaction); reading
             # the process start time touches /proc, so off the event loop.
             owner = await anyio.to_thread.run_sync(LeaseOwner.current, new_id("host"))
+            if capabilities is None:
+                await load_channel_adapters(resolved)
             caps = with_agents(
                 capabilities
                 or DefaultCapabilities.from_config(
@@ -719,6 +722,8 @@ class Host(AsyncResource):
             if self._closing():
                 await self._refuse_closed(capabilities)
         supplied = capabilities or self._supplied
+        if supplied is None:
+            await load_channel_adapters(config)
         caps = with_agents(
             supplied
             or DefaultCapabilities.from_config(

@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from hostkit.adapters.scripted import Reply, ScriptedModel
-from hostkit.host import ConfiguredChannels, Host, HostConfig, parse_config
+from hostkit.host import (
+    ConfiguredChannels,
+    Host,
+    HostConfig,
+    load_channel_adapters,
+    parse_config,
+)
 from hostkit.testing import capabilities
 from hostkit.types import ConversationFacts, TurnRequest, TurnResult, new_id
 
@@ -85,6 +91,7 @@ async def channel_host(
     """A Host whose turns answer ``answers`` in order and whose channels are configured."""
     config = host_config(tmp_path, channels)
     model = ScriptedModel([Reply(text) for text in answers], repeat_last=True)
+    await load_channel_adapters(config)  # as the Host does before building them on the loop
     caps = dataclasses.replace(capabilities(model), channels=ConfiguredChannels(config, env))
     async with Host.open(config, capabilities=caps) as host:
         yield host

@@ -339,3 +339,61 @@ async def test_a_hanging_channel_never_holds_every_slot_so_other_channels_answer
     assert row is not None
     assert row.status == "delivered"
     assert healthy.keys == [answer]
+
+
+class _Raising:
+    """A channel whose send (or, ``at_lookup``, whose lookup) raises ``error``."""
+
+    def __init__(self, error: type[BaseException], *, at_lookup: bool = False) -> None:
+        self.error, self.at_lookup = error, at_lookup
+
+    def __call__(self, alias: str) -> _Raising:
+        if self.at_lookup:
+            raise self.error()
+        return self
+
+    async def send(self, route: Any, payload: Any, *, idempotency_key: str) -> None:
+        raise self.error()
+
+
+@pytest.mark.sqlite_only("how the runtime settles a channel's own exception, not the store")
+@pytest.mark.parametrize(
+    ("error", "at_lookup"),
+    [
+        (KeyboardInterrupt, False),
+        (SystemExit, False),
+        (GeneratorExit, False),
+        (KeyboardInterrupt, True),
+    ],
+)
+async def test_a_channels_base_exception_is_its_attempt_then_raised_as_itself(
+    tmp_path: Path, error: type[BaseException], at_lookup: bool
+) -> None:
+    """Not a shutdown's ``cut_off`` (nothing shut down), and not hidden in an exception
+    group, where ``except KeyboardInterrupt`` would no longer find it."""
+    async with RuntimeStore.open(tmp_path / "h.db") as store:
+        (intent_id,) = await finish_routed_turns(store, 1)
+        runtime = DeliveryRuntime(
+            store.delivery, _Raising(error, at_lookup=at_lookup), idle_poll_s=0.05, grace_s=0.1
+        )
+        with anyio.fail_after(10), pytest.raises(error):
+            await runtime.drain()
+        row = await store.delivery.intent(intent_id)
+    assert row is not None
+    assert (row.status, row.attempts) == ("pending", 1)
+    assert row.last_error == f"channel_error: {error.__name__}"
+
+
+@pytest.mark.sqlite_only("how the runtime settles a channel's own exception, not the store")
+async def test_a_channels_own_cancelled_error_is_a_failed_attempt(tmp_path: Path) -> None:
+    async with RuntimeStore.open(tmp_path / "h.db") as store:
+        (intent_id,) = await finish_routed_turns(store, 1)
+        cancelled = anyio.get_cancelled_exc_class()
+        runtime = DeliveryRuntime(
+            store.delivery, _Raising(cancelled), idle_poll_s=0.05, grace_s=0.1
+        )
+        with anyio.fail_after(10):
+            assert await runtime.drain() == 1
+        row = await store.delivery.intent(intent_id)
+    assert row is not None
+    assert (row.status, row.last_error) == ("pending", f"channel_error: {cancelled.__name__}")

@@ -147,6 +147,26 @@ async def test_a_denied_ask_never_runs_and_the_model_is_told(tmp_path: Path) -> 
     assert "denied" in tool_results(model.requests[-1])[0][1]
 
 
+class _BrokenApprover:
+    async def decide(self, req: ApprovalRequest) -> ApprovalDecision:
+        raise ValueError("approver bug " + "Q" * 3_000)
+
+
+@pytest.mark.sqlite_only("what the turn records of an approver's bug, not the store")
+async def test_an_approver_that_raises_is_named_in_the_turns_record_and_nothing_runs(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("never")])
+    async with approval_host(tmp_path, model, stamps, _BrokenApprover()) as host:
+        result = await host.turns.run(request("stamp it"))
+    assert (result.outcome, result.error) == (
+        "failed",
+        "the approval provider _BrokenApprover raised ValueError; the call did not run",
+    )
+    assert stamps.lines() == []
+
+
 async def test_policy_denial_capability_and_preflight_refusals_never_reach_the_approver(
     tmp_path: Path,
 ) -> None:

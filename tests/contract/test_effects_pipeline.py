@@ -16,6 +16,7 @@ from hostkit.effects import (
     ApprovalRequest,
     ApprovalRuntime,
     AuthoredTool,
+    BuiltinOutcome,
     EffectPolicy,
     EffectRuntime,
     PreparedEffectCatalog,
@@ -25,7 +26,7 @@ from hostkit.effects import (
     secret_grant,
     tool,
 )
-from hostkit.errors import UserError
+from hostkit.errors import InvalidValue, RuntimeFailure, UserError
 from hostkit.types import EffectRequest, EffectResult, TurnExecutionContext
 from tests.contract.test_context_basic import context_for
 from tests.support import facts
@@ -66,6 +67,10 @@ def make_tools(trace: Trace) -> list[AuthoredTool]:
         trace.steps.append("invoke")
         return ToolOutcome(status, {"said": status}, f"tool says {status}")  # type: ignore[arg-type]
 
+    async def unprintable(ctx: ToolContext) -> ToolOutcome:
+        trace.steps.append("invoke")
+        return ToolOutcome("failed", "partial output", _Unprintable())  # type: ignore[arg-type]
+
     def checked(arguments: Mapping[str, Any]) -> None:
         trace.steps.append("preflight")
         if arguments.get("text") == "refuse":
@@ -81,9 +86,19 @@ def make_tools(trace: Trace) -> list[AuthoredTool]:
         boom,
         slow,
         AuthoredTool("probe.verdict", verdict, description="Reports a status."),
+        AuthoredTool("probe.unprintable", unprintable, description="Reports an odd error."),
         AuthoredTool("probe.checked", ok.fn, description="Preflighted.", preflight=checked),
         AuthoredTool("probe.echo", echo, description="Echoes secrets.", secrets_argument="secrets"),
     ]
+
+
+class _Unprintable:
+    """An error object a careless tool reports, whose text cannot be made."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+    __repr__ = __str__
 
 
 class Tools:
@@ -197,6 +212,58 @@ async def test_a_tool_verdict_keeps_its_output_for_the_model(authority: Authorit
     assert result.status == "failed"
     assert result.views.model.startswith("[failed] tool says failed")
     assert '"said": "failed"' in result.views.model
+
+
+@pytest.mark.parametrize("status", ["denied", "not_found", "invalid", "ok", "Failed"])
+async def test_a_tool_may_report_only_how_its_run_ended(
+    authority: AuthorityResolver, status: str
+) -> None:
+    """``denied`` from a tool that ran would have the record say the Host refused it."""
+    with pytest.raises(InvalidValue, match=r"^ToolOutcome\.status must be one of cancelled, "):
+        ToolOutcome(status)  # type: ignore[arg-type]
+    p = await pipeline(authority)
+    result = await p.run("probe.verdict", {"status": status})
+    assert (result.status, result.started) == ("failed", True)
+    assert str(result.error).startswith("InvalidValue: ToolOutcome.status must be one of")
+
+
+def test_tool_outcome_statuses_are_checked_and_bounded() -> None:
+    for status in ("succeeded", "failed", "timed_out", "cancelled", "indeterminate"):
+        assert ToolOutcome(status).status == status  # type: ignore[arg-type]
+    # The Host's builtins report its own verdicts too (a secret binding expired).
+    assert BuiltinOutcome("denied").status == "denied"
+    assert BuiltinOutcome("not_found").status == "not_found"
+    with pytest.raises(InvalidValue) as caught:
+        ToolOutcome("x" * 10_000)  # type: ignore[arg-type]
+    assert len(caught.value.message) < 200
+    with pytest.raises(InvalidValue, match=r"not dict$"):
+        ToolOutcome({})  # type: ignore[arg-type]
+
+
+async def test_a_tool_error_without_text_keeps_the_call_it_ended(
+    authority: AuthorityResolver,
+) -> None:
+    p = await pipeline(authority)
+    result = await p.run("probe.unprintable", {})
+    assert (result.status, result.started, result.error) == ("failed", True, "_Unprintable")
+    assert "partial output" in result.views.model
+
+
+async def test_an_approver_that_raises_is_named_and_the_call_never_runs(
+    authority: AuthorityResolver,
+) -> None:
+    p = await pipeline(authority, policy=EffectPolicy(allow=("*",), ask=("probe.ok",)))
+
+    async def broken(request: ApprovalRequest) -> ApprovalDecision:
+        raise KeyError(request.approval_id)
+
+    p.approver.decide = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeFailure) as caught:
+        await p.run("probe.ok", {"text": "hi"})
+    assert caught.value.message == (
+        "the approval provider Approver raised KeyError; the call did not run"
+    )
+    assert "invoke" not in p.trace.steps
 
 
 async def test_five_views_are_bounded_and_never_carry_raw_arguments(

@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from hostkit.effects import ToolContext, tool
-from hostkit.errors import ConfigError, InvalidValue, ScopeError, TurnRejected
+from hostkit.errors import ConfigError, InvalidValue, RuntimeFailure, ScopeError, TurnRejected
 from hostkit.host import (
     DefaultCapabilities,
     Host,
     MemoryRequest,
+    ProviderRequest,
     StoreMemorySource,
+    ToolRequest,
     TurnNotCompleted,
     load_config,
     parse_config,
 )
+from hostkit.host import _source_calls as source_calls
 from hostkit.host._memory import RECALL_NOTE
 from hostkit.store import _memory as memory_module
 from hostkit.testing import CallTools, Reply, ScriptedModel, StaticToolSource, capabilities
@@ -324,3 +329,113 @@ async def test_default_config_never_picks_the_scripted_model(tmp_path: Path) -> 
     remote = default_config(base_dir=tmp_path, environ={"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})
     assert remote.providers["openai"].kind == "openai"
     assert remote.providers["openai"].base_url == "http://127.0.0.1:9/v1"
+
+
+class _Returns:
+    """A provider and tool source that answers with ``value`` (or hangs, or raises)."""
+
+    def __init__(self, value: object = None, *, hang: bool = False, error: bool = False) -> None:
+        self.value, self.hang, self.error = value, hang, error
+
+    async def _answer(self) -> Any:
+        if self.hang:
+            await anyio.sleep_forever()
+        if self.error:
+            raise ValueError("source bug with a token sk-live-0123456789abcdef")
+        return self.value
+
+    async def model_provider(self, request: ProviderRequest) -> Any:
+        return await self._answer()
+
+    async def tools(self, request: ToolRequest) -> Any:
+        return await self._answer()
+
+
+@asynccontextmanager
+async def _host_with(
+    tmp_path: Path, *, providers: object = None, tools: object = None
+) -> AsyncIterator[Host]:
+    model = ScriptedModel([Reply("ok")])
+    caps = dataclasses.replace(
+        capabilities(model),
+        **({"providers": providers} if providers is not None else {}),
+        **({"tools": tools} if tools is not None else {}),
+    )
+    async with Host.open(config(tmp_path), capabilities=caps) as host:
+        yield host
+
+
+async def test_a_provider_source_returning_no_provider_is_refused_before_admission(
+    tmp_path: Path,
+) -> None:
+    async with _host_with(tmp_path, providers=_Returns(None)) as host:
+        # Refused before admission: the same conversation's next turn is not held up.
+        for conversation in ("c1", "c1", "c2"):
+            with anyio.fail_after(10), pytest.raises(TurnRejected) as caught:
+                await host.turns.run(request(conversation=conversation))
+            assert caught.value.reason == (
+                "agent 'assistant' is not available: the provider source _Returns returned "
+                "NoneType, not a ModelProvider"
+            )
+
+
+async def test_a_provider_without_a_string_name_is_not_a_provider(tmp_path: Path) -> None:
+    class Unnamed(ScriptedModel):
+        name = None  # type: ignore[assignment]
+
+    unnamed = Unnamed([Reply("ok")])
+    async with _host_with(tmp_path, providers=_Returns(unnamed)) as host:
+        with pytest.raises(
+            TurnRejected,
+            match=r"returned Unnamed, not a ModelProvider \(its name is not a string\)",
+        ):
+            await host.turns.run(request())
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (None, "returned NoneType, not a sequence of tools"),
+        (["notes.read"], "returned a list holding a str, not only tools"),
+        ("notes.read", "returned str, not a sequence of tools"),
+    ],
+)
+async def test_a_tool_source_returning_no_tools_is_named_by_turns_and_the_catalog(
+    tmp_path: Path, value: object, said: str
+) -> None:
+    async with _host_with(tmp_path, tools=_Returns(value)) as host:
+        with pytest.raises(TurnRejected, match=f"not available: the tool source _Returns {said}"):
+            await host.turns.run(request())
+        with pytest.raises(ConfigError, match=f"^the tool source _Returns {said}$"):
+            await host.tool_catalog("assistant")
+
+
+async def test_a_source_that_raises_is_named_with_the_type_only(tmp_path: Path) -> None:
+    async with _host_with(tmp_path, tools=_Returns(error=True)) as host:
+        with pytest.raises(TurnRejected) as caught:
+            await host.turns.run(request())
+        with pytest.raises(RuntimeFailure) as listed:
+            await host.tool_catalog("assistant")
+    said = "the tool source _Returns raised ValueError"
+    assert caught.value.reason == f"agent 'assistant' is not available: {said}"
+    assert listed.value.message == said
+
+
+@pytest.mark.parametrize("which", ["providers", "tools"])
+async def test_a_source_that_hangs_is_cut_off_at_its_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    monkeypatch.setattr(source_calls, "SOURCE_DEADLINE_S", 0.05)
+    kind = {"providers": "provider", "tools": "tool"}[which]
+    async with _host_with(tmp_path, **{which: _Returns(hang=True)}) as host:
+        with anyio.fail_after(10):
+            with pytest.raises(TurnRejected) as caught:
+                await host.turns.run(request())
+            if which == "tools":
+                with pytest.raises(RuntimeFailure, match=r"did not answer within 0\.05 s"):
+                    await host.tool_catalog("assistant")
+    assert caught.value.reason == (
+        f"agent 'assistant' is not available: the {kind} source _Returns did not answer "
+        "within 0.05 s"
+    )
+    assert caught.value.retryable

@@ -103,7 +103,7 @@ from hostkit.builtins.process._terminal_checks import (
     swappable,
 )
 from hostkit.builtins.process._terminal_journal import RunJournal, ending_of, record_view
-from hostkit.effects import AuthoredTool, ToolContext, ToolOutcome
+from hostkit.effects import AuthoredTool, BuiltinOutcome, ToolContext, ToolOutcome
 from hostkit.errors import ConfigError, HostkitError, UserError, bounded
 from hostkit.store import NewTerminalRun, TerminalRunLimit
 from hostkit.types import is_count, is_seconds, new_id
@@ -310,7 +310,7 @@ class TerminalRuns(AsyncResource):
                 found = await self._durable_report(ctx, run_id)
                 if isinstance(found.output, dict) and found.output.get("status") == "running":
                     # Recorded by another, live Host process: only that one owns the tree.
-                    return ToolOutcome(
+                    return BuiltinOutcome(
                         "denied", found.output, "the run belongs to another Host process"
                     )
                 return found
@@ -349,21 +349,23 @@ class TerminalRuns(AsyncResource):
         secrets: Sequence[str],
     ) -> ToolOutcome:
         if self._closed:
-            return ToolOutcome("denied", None, "the Host is shutting down")
+            return BuiltinOutcome("denied", None, "the Host is shutting down")
         if set(secrets) != set(ctx.secrets):
-            return ToolOutcome("denied", None, "the requested secrets were not bound for this call")
+            return BuiltinOutcome(
+                "denied", None, "the requested secrets were not bound for this call"
+            )
         if background and ctx.secrets:
-            return ToolOutcome("denied", None, "secrets are bound to foreground runs only")
+            return BuiltinOutcome("denied", None, "secrets are bound to foreground runs only")
         if ctx.secrets_expire_at is not None:
             remaining = ctx.secrets_expire_at - time.time()
             if remaining <= 0:
-                return ToolOutcome("denied", None, "the secret binding has expired")
+                return BuiltinOutcome("denied", None, "the secret binding has expired")
             deadline_s = min(deadline_s, remaining)
         probe = None
         if policy.sandboxed:
             probe = await anyio.to_thread.run_sync(probe_bubblewrap, self._bwrap)
             if not probe.ok:
-                return ToolOutcome("denied", None, SandboxUnavailable(probe.reason).message)
+                return BuiltinOutcome("denied", None, SandboxUnavailable(probe.reason).message)
         env = child_environment(self._env_allowlist, ctx.secrets, os.environ)
         workspace = Path(self._workspace.root)
         found, real = await anyio.to_thread.run_sync(
@@ -374,7 +376,7 @@ class TerminalRuns(AsyncResource):
         )
         if found is None or real is None:
             where = " in the sandbox" if policy.sandboxed else ""
-            return ToolOutcome(
+            return BuiltinOutcome(
                 "denied", None, f"program {bounded(argv[0], 80)!r} was not found{where}"
             )
         program = found
@@ -389,7 +391,7 @@ class TerminalRuns(AsyncResource):
                     secret_program_refusal, real, tuple(ctx.secrets), policy.secret_programs
                 )
             if refusal is not None:
-                return ToolOutcome("denied", None, refusal)
+                return BuiltinOutcome("denied", None, refusal)
             # A path with a link the agent could re-point after these checks runs the very
             # file they read, so no other program receives the secret.
             if await anyio.to_thread.run_sync(
@@ -399,7 +401,7 @@ class TerminalRuns(AsyncResource):
         if self._reserve:
             free = await anyio.to_thread.run_sync(free_bytes_at, self._artifact_root)
             if free < self._reserve:
-                return ToolOutcome(
+                return BuiltinOutcome(
                     "denied",
                     None,
                     f"the Host's disk has {free / MB:.0f} MiB free, less than the "
@@ -424,7 +426,7 @@ class TerminalRuns(AsyncResource):
             )
         except UserError as exc:
             await _close(fd)
-            return ToolOutcome("denied", None, exc.message)
+            return BuiltinOutcome("denied", None, exc.message)
         audit = {
             "cwd": cwd,
             "cwd_resolved": str(resolved_cwd),
@@ -448,7 +450,7 @@ class TerminalRuns(AsyncResource):
             options["deadline_s"] = min(deadline_s, ctx.secrets_expire_at - time.time())
             if options["deadline_s"] <= 0:
                 await _close(fd)
-                return ToolOutcome("denied", None, "the secret binding has expired")
+                return BuiltinOutcome("denied", None, "the secret binding has expired")
         control = ProcessControl()
         try:
             await run_process(command, control=control, **options)
@@ -488,7 +490,7 @@ class TerminalRuns(AsyncResource):
             refusal = f"at most {self._max_background} background runs per session"
         if refusal is not None:
             await _close(fd)
-            return ToolOutcome("denied", None, refusal)
+            return BuiltinOutcome("denied", None, refusal)
         run = _BackgroundRun(new_id("run"), key, policy.mode, ctx.turn_id, redact=ctx.redact)
         self._runs[run.run_id] = run
         self._forget_finished()
@@ -513,7 +515,7 @@ class TerminalRuns(AsyncResource):
                 del self._runs[run.run_id]
                 await _close(fd)
                 if isinstance(exc, TerminalRunLimit):  # other Hosts' runs fill the session
-                    return ToolOutcome("denied", None, exc.message)
+                    return BuiltinOutcome("denied", None, exc.message)
                 return ToolOutcome("failed", None, f"the run could not be recorded: {exc.message}")
         run.task = asyncio.get_running_loop().create_task(
             self._drive(run, command, fd, options), name=f"terminal.run {run.run_id}"
@@ -598,7 +600,7 @@ class TerminalRuns(AsyncResource):
         try:
             return await anyio.to_thread.run_sync(open_workdir, self._workspace, cwd)
         except UserError as exc:  # a link out, a missing directory: nothing was started
-            return ToolOutcome("denied", None, exc.message)
+            return BuiltinOutcome("denied", None, exc.message)
 
     def _options(self, ctx: ToolContext) -> dict[str, Any]:
         return {
@@ -620,12 +622,12 @@ class TerminalRuns(AsyncResource):
     async def _durable_report(self, ctx: ToolContext, run_id: str) -> ToolOutcome:
         """A run this registry does not hold: its record, if the caller owns one."""
         if self._journal is None:
-            return ToolOutcome("not_found", None, _NOT_FOUND)
+            return BuiltinOutcome("not_found", None, _NOT_FOUND)
         record = await self._journal.lookup(
             run_id, principal_id=ctx.owner, session_id=ctx.session_id
         )
         if record is None:
-            return ToolOutcome("not_found", None, _NOT_FOUND)
+            return BuiltinOutcome("not_found", None, _NOT_FOUND)
         return record_view(record)
 
     def _report(self, run: _BackgroundRun) -> ToolOutcome:
