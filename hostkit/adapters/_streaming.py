@@ -238,7 +238,8 @@ class Draft:
             usage=self._usage(cache_in_input=cache_in_input),
             finish_reason=to_finish_reason(self.finish),
             provider=provider,
-            model=self.model or model,
+            # The SDKs build their objects unvalidated: a server's non-text model is not kept.
+            model=self.model if isinstance(self.model, str) and self.model else model,
             provider_request_id=self.request_id or self.response_id or None,
         )
 

@@ -246,6 +246,8 @@ class Host(AsyncResource):
             compactor=SessionCompactor(store, owner=lease_owner),
             summarizers=self._summarizer,
         )
+        # Retired last in aclose: leases it could not end become a dead owner's.
+        self._lease_owner = lease_owner
         self.turns = TurnExecution(
             store=store,
             authority=authority,
@@ -467,6 +469,7 @@ class Host(AsyncResource):
                     if tracing is not None:
                         await tracing.aclose()
             raise
+        owner: LeaseOwner | None = None
         try:
             authority = AuthorityResolver.bind(store)
             # Turns report to their generation's observer themselves (PinnedCore.observer);
@@ -516,6 +519,8 @@ class Host(AsyncResource):
                 # Background terminal runs a dead Host left "running" become "orphaned".
                 await host.processes.recover()
         except BaseException:
+            if owner is not None:
+                owner.retire()
             with anyio.CancelScope(shield=True):
                 try:
                     await store.aclose()
@@ -1255,8 +1260,10 @@ class Host(AsyncResource):
         turns get the workers' grace, their claims are released), turns
         ended, every process tree any generation started ended (grandchildren
         too), operator authority revoked, generations closed, context
-        decisions still held written, then the store. Their waits for another
-        process's lock end ``CLOSE_LOCK_WAIT_S`` after the close began.
+        decisions still held written, then the store; last, this Host's lease owner
+        retired (a turn it could not end, a Host opened again in this process takes
+        over at once). Their waits for another process's lock end
+        ``CLOSE_LOCK_WAIT_S`` after the close began.
         """
         if self._closed:
             return
@@ -1276,6 +1283,9 @@ class Host(AsyncResource):
     async def _close(self) -> None:
         """The steps of ``aclose``, last pushed first."""
         async with contextlib.AsyncExitStack() as stack:
+            # Last, once nothing of this Host runs: a lease it could not end (the store
+            # failed) is then a dead owner's to a Host opened again in this process.
+            stack.callback(self._lease_owner.retire)
             stack.push_async_callback(self.store.aclose)
             if self.tracing is not None:
                 # After the turns ended: their spans are exported before the Host is gone.

@@ -8,7 +8,7 @@ from hostkit.providers._normalize import (
     retry_after_seconds,
     to_finish_reason,
 )
-from hostkit.providers._protocol import ModelProvider, attachment_support
+from hostkit.providers._protocol import ModelProvider, attachment_support, open_stream
 from hostkit.providers._retry import RetryPolicy, call_with_retries
 from hostkit.providers._urls import MAX_URL_CHARS, http_url_problem
 
@@ -19,6 +19,7 @@ __all__ = [
     "attachment_support",
     "call_with_retries",
     "http_url_problem",
+    "open_stream",
     "parse_tool_arguments",
     "retry_after_seconds",
     "to_finish_reason",

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+import inspect
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Protocol, runtime_checkable
 
+from hostkit.errors import ProviderError, bounded
 from hostkit.types import (
     NO_ATTACHMENTS,
     AttachmentSupport,
@@ -14,7 +17,7 @@ from hostkit.types import (
     StreamEvent,
 )
 
-__all__ = ["ModelProvider", "attachment_support"]
+__all__ = ["ModelProvider", "attachment_support", "open_stream"]
 
 
 @runtime_checkable
@@ -53,12 +56,41 @@ class ModelProvider(Protocol):
 
     async def complete(self, request: ModelRequest) -> ModelResponse: ...
 
-    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
-        """Text deltas then one ``done`` event; an async generator the caller closes
-        (``contextlib.aclosing``) to release the connection early."""
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Text deltas then one ``done`` event, the last: any async iterator. One with
+        ``aclose`` (an async generator) is closed with it once the caller stops reading
+        (``open_stream``), which releases the connection early."""
         ...
 
     async def aclose(self) -> None: ...
+
+
+@asynccontextmanager
+async def open_stream(
+    provider: ModelProvider, request: ModelRequest
+) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+    """``provider.stream(request)``, closed on exit (``aclose``, when it has one).
+
+    What the Host reads a stream with: the documented ``AsyncIterator`` needs
+    no ``aclose`` (``contextlib.aclosing`` would fail on one without), and
+    anything that is no async iterator (a coroutine returning a list, a
+    synchronous generator) is a ``ProviderError`` naming the provider, not a
+    crash of whoever reads it.
+    """
+    events: object = provider.stream(request)
+    if not isinstance(events, AsyncIterator):
+        if inspect.iscoroutine(events):
+            events.close()  # never awaited: closed, so no "never awaited" warning follows
+        returned = bounded(type(events).__name__, 80)
+        raise ProviderError(
+            f"stream() returned {returned}, not an async iterator", provider=provider.name
+        )
+    try:
+        yield events
+    finally:
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def attachment_support(provider: object) -> AttachmentSupport:

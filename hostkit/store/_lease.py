@@ -21,6 +21,12 @@ every wall-clock start time, and a live Host would look like a reused pid.
 Owners recorded with a wall-clock start time (where ``/proc`` is missing, or
 by an earlier hostkit) are still compared as such.
 
+An owner in this very process (its pid and start time) is alive only while
+its Host instance is: ``LeaseOwner.current`` counts the instance live in
+this process until ``retire``, so a Host opened again in the same process (a
+notebook kernel re-running its setup cell) takes over at once the leases a
+closed instance could not end (the database was down as it closed).
+
 Every check reads ``/proc`` (psutil): call ``LeaseOwner.current``,
 ``LeaseOwner.liveness`` and ``owner_is_dead`` off the event loop
 (``anyio.to_thread.run_sync``).
@@ -46,6 +52,10 @@ START_TIME_SLACK_S = 1.0
 _BOOT_TIME_SLACK_S = 0.05
 # A start time at least this large is a wall-clock one (2001 on): no uptime is that long.
 _WALL_CLOCK_FROM = 1e9
+# The instances of this process that may hold leases: from ``current`` until ``retire``.
+# Only added to and discarded from (atomic under the GIL, from any thread or event loop),
+# so no lock: several Hosts in one process each add and discard their own.
+_live_instances: set[str] = set()
 
 
 def _started_since_boot(pid: int | Literal["self"]) -> float | None:
@@ -111,13 +121,20 @@ class LeaseOwner:
 
     @classmethod
     def current(cls, instance: str) -> LeaseOwner:
-        """This process as the Host instance ``instance`` (reads ``/proc``: not on the loop)."""
+        """This process as the Host instance ``instance``, live here until ``retire``
+        (reads ``/proc``: not on the loop)."""
+        _live_instances.add(instance)
         pid = os.getpid()
         # /proc/self is this process whatever namespace /proc numbers.
         started = _started_since_boot("self")
         if started is None:
             started = psutil.Process(pid).create_time()
         return cls(socket.gethostname(), pid, started, instance)
+
+    def retire(self) -> None:
+        """This instance holds nothing any more (its Host closed): a lease it could not
+        end is this process's no longer, and ``liveness`` calls its owner dead."""
+        _live_instances.discard(self.instance)
 
     def encode(self) -> str:
         """The persisted form, ``host|pid|start time|instance|machine``; ``decode`` reverses it."""
@@ -142,11 +159,15 @@ class LeaseOwner:
         The process start time guards against PID reuse. An owner on another
         machine, or in another PID namespace, is ``unknown`` here; its lease
         expiry decides. So is every owner when this process's ``/proc`` numbers
-        another namespace's processes.
+        another namespace's processes. An owner in this process is alive only while
+        its instance is (``retire``).
         """
         if self.host != socket.gethostname() or self.machine != machine_identity():
             return "unknown"
-        return self._seen_here()
+        seen = self._seen_here()
+        if seen == "alive" and self.pid == os.getpid() and self.instance not in _live_instances:
+            return "dead"
+        return seen
 
     def runs_here_maybe(self) -> bool:
         """Whether a process with this owner's pid and start time runs where this one

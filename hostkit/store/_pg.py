@@ -52,6 +52,7 @@ from hostkit.store._pg_connection import (
 )
 from hostkit.store._pg_listen import listen
 from hostkit.store._pg_migrate import PgMigrationReport, upgrade
+from hostkit.store._pg_refusals import ConnectRefusals
 from hostkit.store._pg_schema import INBOX_CHANNEL, PG_MIGRATIONS
 from hostkit.store._pg_url import check_url, redact_url
 from hostkit.store._row_store import RowStore
@@ -80,6 +81,9 @@ _MAX_LOCK_WAIT_S = 3_600.0
 _MIN_CHECKOUT_S = 0.05
 # A wait for a pooled connection looks this often whether its caller still waits.
 _CHECKOUT_SLICE_S = 1.0
+# While the server refuses new connections (``_pg_refusals``) a checkout waits this long
+# for one put back, then fails: not the whole ``connect_timeout_s``.
+_REFUSED_SLICE_S = 0.25
 # psycopg_pool retries a lost connection with a doubling backoff (1 s, 2 s, 4 s, ... up to
 # ``reconnect_timeout``): after a long outage its next try could come as late as the
 # outage lasted, and every checkout fails meanwhile. A slot whose tries failed this long
@@ -155,6 +159,10 @@ class _ConnectionLost(Exception):
         self.error = error
 
 
+class _Refused(PoolTimeout):
+    """No pooled connection came back, and the server refuses new ones (``_pg_refusals``)."""
+
+
 def _caller_gone() -> psycopg.OperationalError:
     """What a hop raises once its caller stopped waiting: nobody reads it (or the store
     closed, and the caller gets ``StoreClosed``)."""
@@ -163,6 +171,12 @@ def _caller_gone() -> psycopg.OperationalError:
 
 def map_pg_error(exc: BaseException, action: str) -> StoreError | InvalidValue:
     """A bounded ``StoreError`` (``retryable`` from the SQLSTATE) or ``InvalidValue``."""
+    if isinstance(exc, _Refused):
+        return StoreError(
+            f"{action} failed: the database server refused new connections "
+            "(down, shutting down or out of connection slots)",
+            retryable=True,
+        )
     if isinstance(exc, PoolTimeout):
         return StoreError(f"{action} failed: no database connection in time", retryable=True)
     state = getattr(exc, "sqlstate", None) or ""
@@ -212,9 +226,13 @@ class PgStore(RowStore):
         location: str,
         report: PgMigrationReport,
         clock: ServerClock,
+        refusals: ConnectRefusals,
     ) -> None:
         super().__init__()
         self._pool = pool
+        # Whether the server refuses the pool's new connections now: a checkout then
+        # fails in a moment instead of waiting out connect_timeout_s.
+        self._refusals = refusals
         # The server's clock, which every lease, claim and due time is in (``now``).
         self._clock = clock
         # One worker thread per pooled connection at most: a transaction is one hop.
@@ -272,6 +290,12 @@ class PgStore(RowStore):
             + " ".join(f"-c {name}={value}" for name, value in _SERVER_KEEPALIVES.items())
         )
 
+        refusals = ConnectRefusals()
+
+        def configure(conn: psycopg.Connection[Any]) -> None:
+            configure_connection(conn)
+            refusals.connected(pool.get_stats())
+
         pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             url,
             min_size=1,
@@ -285,7 +309,7 @@ class PgStore(RowStore):
                 "application_name": "hostkit",
                 **_KEEPALIVES,
             },
-            configure=configure_connection,
+            configure=configure,
             open=False,
             timeout=connect_timeout_s,
             reconnect_timeout=_RECONNECT_GIVE_UP_S,
@@ -339,6 +363,7 @@ class PgStore(RowStore):
             location=location,
             report=report,
             clock=ServerClock(sample, max_skew_s=max_clock_skew_s, database=location),
+            refusals=refusals,
         )
         # The opening's own lock wait (the migration's) followed the opening's limit, and a
         # cancellation ends it (psycopg cancels the statement). What the owner writes next
@@ -388,19 +413,24 @@ class PgStore(RowStore):
             self._pool.putconn(raw)
 
     def _getconn(self, call: _Call, timeout_s: float) -> psycopg.Connection[Any]:
+        """A pooled connection within ``timeout_s``; ``_Refused`` as soon as none came
+        back within a short slice while the server refuses new ones (the pool would
+        wait the whole timeout: a down server then fails each call in a moment)."""
         until = time.monotonic() + timeout_s
         while True:
             left = until - time.monotonic()
+            refused = self._refusals.refusing(self._pool.get_stats())
+            slice_s = _REFUSED_SLICE_S if refused else _CHECKOUT_SLICE_S
             try:
-                return self._pool.getconn(
-                    timeout=max(_MIN_CHECKOUT_S, min(left, _CHECKOUT_SLICE_S))
-                )
+                return self._pool.getconn(timeout=max(_MIN_CHECKOUT_S, min(left, slice_s)))
             except PoolTimeout:
                 with self._calls_lock:
                     gone = call.gave_up()
                 if gone:
                     raise _caller_gone() from None
-                if left <= _CHECKOUT_SLICE_S:
+                if self._refusals.refusing(self._pool.get_stats()):
+                    raise _Refused() from None
+                if left <= slice_s:
                     raise
 
     @contextlib.contextmanager

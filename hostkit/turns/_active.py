@@ -126,6 +126,7 @@ def bind_context(
     request: TurnRequest,
     scope: PrincipalScope,
     core: PinnedCore,
+    snapshot: Mapping[str, object],
     *,
     turn_id: str,
     trace_id: str,
@@ -134,7 +135,9 @@ def bind_context(
     """Pin everything a turn runs with into one immutable TurnExecutionContext.
 
     ``turn_id``, ``trace_id`` and the tokens' ``nonces`` are the ones the
-    admission transaction recorded.
+    admission transaction recorded; ``snapshot`` is the ``capability_snapshot``
+    taken before it (it reads the provider, which may raise: never after the
+    turn was admitted).
     """
     session_id = scope.session_id or ""
 
@@ -148,7 +151,7 @@ def bind_context(
         session_id=session_id,
         core_id=core.core_id,
         core_revision=core.core_revision,
-        capability_snapshot=capability_snapshot(core),
+        capability_snapshot=snapshot,
         workspace_scope=str(core.workspace),
         route_token=token("route"),
         admission_lease_token=token("admission"),

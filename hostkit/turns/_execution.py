@@ -30,7 +30,9 @@ from hostkit.errors import (
     TurnRejected,
     UnboundToken,
     bounded,
+    unbounded_message,
 )
+from hostkit.providers import open_stream
 from hostkit.store import (
     MAX_EXTENDED_INSTRUCTIONS_CHARS,
     MAX_LEASE_TTL_S,
@@ -42,7 +44,13 @@ from hostkit.store import (
     TranscriptEntry,
     TurnState,
 )
-from hostkit.turns._active import ActiveTurn, KnownResult, add_usage, bind_context
+from hostkit.turns._active import (
+    ActiveTurn,
+    KnownResult,
+    add_usage,
+    bind_context,
+    capability_snapshot,
+)
 from hostkit.turns._attachments import check_attachments, input_message, loaded_input
 from hostkit.turns._calls import accepted, effect_of, tool_name, with_kept
 from hostkit.turns._core import CoreResolver, PinnedCore
@@ -61,6 +69,7 @@ from hostkit.types import (
     ModelRequest,
     ModelResponse,
     PrincipalScope,
+    StreamEvent,
     ToolCall,
     TurnCancelResult,
     TurnExecutionContext,
@@ -239,6 +248,9 @@ class TurnExecution:
                     except TurnRejected as refused:
                         # A repeated request that ran before the provider changed gets its record.
                         return await self._recorded(request, principal_id, refused)
+                    # Read from the provider before admission: once the turn is admitted,
+                    # nothing may raise before the region that always ends it (_drive).
+                    snapshot = _pinned_snapshot(core)
                     admission = leases.admission(
                         request,
                         principal_id,
@@ -269,13 +281,11 @@ class TurnExecution:
                             request,
                             outcome.scope,
                             core,
+                            snapshot,
                             turn_id=turn_id,
                             trace_id=trace_id,
                             nonces=nonces,
                         )
-                        if core.observer is not None:
-                            self._observers[turn_id] = core.observer
-                        self._emit(context, "turn.started", {"core_id": core.core_id})
                         result = await self._drive(
                             request, context, core, admitted, caller_cancelled=caught is not None
                         )
@@ -333,8 +343,13 @@ class TurnExecution:
         """Run the admitted turn to its one terminal record.
 
         ``caller_cancelled``: the caller was cancelled while the admission
-        committed; the turn is stopped before it starts, and recorded so.
+        committed; the turn is stopped before it starts, and recorded so. A
+        ``BaseException`` that is no cancellation (``KeyboardInterrupt``,
+        ``SystemExit`` from a provider, an observer, an approver) is raised
+        once the turn's end saying so is recorded.
         """
+        if core.observer is not None:
+            self._observers[context.turn_id] = core.observer
         active = ActiveTurn(
             context,
             admitted.lease,
@@ -351,6 +366,7 @@ class TurnExecution:
         elif caller_cancelled:
             active.stop(_CALLER_CANCELLED, "caller")
         try:
+            self._emit(context, "turn.started", {"core_id": core.core_id})
             outcome, error = await self._leases.heartbeating(
                 active,
                 lambda: self._body(request, context, core, active),
@@ -367,7 +383,7 @@ class TurnExecution:
                 return await self._leases.keeping(
                     active, lambda: self._unexpected(request, context, core, active, leaked)
                 )
-            await uninterrupted(self._caller_cancelled(request, context, core, active))
+            await uninterrupted(self._cut_short(request, context, core, active, None))
             raise
         except TurnInfrastructureError:
             raise
@@ -383,24 +399,41 @@ class TurnExecution:
             return await self._leases.keeping(
                 active, lambda: self._unexpected(request, context, core, active, bug)
             )
+        except BaseException as exc:
+            # KeyboardInterrupt, SystemExit, GeneratorExit: recorded as what interrupted
+            # the turn (not as a store that refused its end), shielded, then raised. A
+            # group holding the caller's cancellation is that cancellation.
+            interrupted = None
+            if not is_cancellation(exc):
+                interrupted = f"the turn was interrupted by {bounded(type(exc).__name__, 80)}"
+            await uninterrupted(self._cut_short(request, context, core, active, interrupted))
+            raise
         finally:
             await uninterrupted(self._released(context, core, active))
 
-    async def _caller_cancelled(
+    async def _cut_short(
         self,
         request: TurnRequest,
         context: TurnExecutionContext,
         core: PinnedCore,
         active: ActiveTurn,
+        interrupted: str | None,
     ) -> None:
-        """Record the end of a turn whose caller was cancelled (best effort, bounded)."""
+        """Record the end of a turn stopped by what its caller will raise (best effort,
+        bounded): its cancellation (``interrupted`` None: ``cancelled``), else the
+        exception ``interrupted`` names (``failed``). Paused on an approval it ends
+        ``needs_user``; with an effect that may have run, ``indeterminate``. Nothing
+        is written for a turn whose record is durable already."""
+        if active.recorded:
+            return
         with contextlib.suppress(HostkitError, TimeoutError):
-            outcome: TurnOutcome = "cancelled"
-            error: str | None = _CALLER_CANCELLED
+            outcome: TurnOutcome = "cancelled" if interrupted is None else "failed"
+            error: str | None = interrupted or _CALLER_CANCELLED
             active.cancelled_by = "caller"
             paused = await self._end_write(active, lambda: self._paused_on(context, active))
             if paused is not None:
-                outcome, error = "needs_user", paused
+                outcome = "needs_user"
+                error = paused if interrupted is None else f"{paused} ({interrupted})"
             elif _maybe_ran(core, context, active):
                 outcome = "indeterminate"
             await self._leases.keeping(
@@ -996,13 +1029,14 @@ class TurnExecution:
         self, context: TurnExecutionContext, core: PinnedCore, request: ModelRequest, step: int
     ) -> ModelResponse:
         provider = core.provider
+        name = provider.name
         # Live only, for tracing: when the call began and ended, and with what usage.
         self._emit(
             context,
             "provider.started",
             {
                 "step": step,
-                "provider": provider.name,
+                "provider": name,
                 "model": provider.model,
                 "max_tokens": request.max_output_tokens,
             },
@@ -1013,27 +1047,39 @@ class TurnExecution:
         streams = core.slots is None or not core.slots.declared("output")
         generated = False
         try:
-            async with contextlib.aclosing(provider.stream(request)) as events:
+            async with open_stream(provider, request) as events:
                 async for event in events:
-                    if event.kind == "text" and event.text:
+                    if not isinstance(event, StreamEvent):
+                        raise _not_a(event, "StreamEvent", name)
+                    if event.kind == "done":
+                        # The last event: a stream kept open after it (a proxy that never
+                        # closes) would hold the complete answer back until the deadline.
+                        response = event.response
+                        break
+                    if event.text:
                         generated = True
                         if streams:
                             self._emit(context, "text.delta", {"text": event.text, "step": step})
-                    elif event.kind == "done":
-                        response = event.response
             if response is None:
-                raise ProviderError("the stream ended without a response", provider=provider.name)
-        except HostkitError as exc:
-            self._emit(context, "provider.failed", {"step": step, "error_type": _error_type(exc)})
-            if isinstance(exc, ContextOverflow) and generated:
+                raise ProviderError("the stream ended without a response", provider=name)
+            if not isinstance(response, ModelResponse):
+                raise _not_a(response, "ModelResponse", name)
+        except Exception as exc:
+            # Whatever the provider raised, the turn's record says the provider failed.
+            failure = exc if isinstance(exc, ProviderError) else _provider_raised(exc, name)
+            error_type = _error_type(failure)
+            self._emit(context, "provider.failed", {"step": step, "error_type": error_type})
+            if isinstance(failure, ContextOverflow) and generated:
                 # Text arrived before the refusal: no request that yielded any is sent again
                 # (the turn fails, as for any provider failure after the first chunk).
                 raise ProviderError(
-                    exc.message.removeprefix(f"{exc.provider}: "),
-                    provider=exc.provider,
-                    status=exc.status,
+                    failure.message.removeprefix(f"{failure.provider}: "),
+                    provider=failure.provider,
+                    status=failure.status,
                 ) from exc
-            raise
+            if failure is exc:
+                raise
+            raise failure from exc
         self._emit(context, "provider.responded", response.reported(step))
         return response
 
@@ -1384,6 +1430,16 @@ class TurnExecution:
             notify_observer(pinned, event)
 
 
+def _pinned_snapshot(core: PinnedCore) -> dict[str, object]:
+    """The turn's capability snapshot, or ``TurnRejected``: it reads the provider (an
+    embedder's object), so what that raises refuses the turn before it is admitted."""
+    try:
+        return capability_snapshot(core)
+    except Exception as exc:
+        raised = bounded(type(exc).__name__, 80)
+        raise TurnRejected(f"the agent's model provider could not be read ({raised})") from exc
+
+
 def _turn_id(value: object) -> str:
     """A turn id argument as a plain ``str`` (checked before it is hashed), or ``InvalidValue``."""
     text = plain_text(value, limit=_MAX_TURN_ID)
@@ -1396,6 +1452,19 @@ def _error_type(exc: HostkitError) -> str:
     """A low-cardinality class of a failed provider call: its HTTP status, else the error."""
     status = getattr(exc, "status", None)
     return str(status) if isinstance(status, int) else type(exc).__name__
+
+
+def _provider_raised(exc: Exception, provider: str) -> ProviderError:
+    """What a provider raised that is no ``ProviderError``, as one naming the provider
+    and the exception's type (its message bounded: its ``__str__`` may fail or be huge)."""
+    raised = bounded(f"{type(exc).__name__}: {unbounded_message(exc)}")
+    return ProviderError(raised, provider=provider)
+
+
+def _not_a(value: object, expected: str, provider: str) -> ProviderError:
+    """A provider handed the turn ``value`` where a value of type ``expected`` belongs."""
+    got = bounded(type(value).__name__, 80)
+    return ProviderError(f"stream() gave {got}, not a {expected}", provider=provider)
 
 
 def _hit_output_limit(final: TranscriptEntry | None) -> bool:

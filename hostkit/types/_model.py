@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from hostkit.errors import InvalidValue
 from hostkit.freeze import FrozenMap, freeze, thaw
@@ -70,6 +70,7 @@ MAX_REQUEST_ID_CHARS = 128
 MAX_STORED_COUNT = 2**63 - 1
 Role = Literal["system", "user", "assistant", "tool"]
 FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "other"]
+_FINISH_REASONS: tuple[str, ...] = get_args(FinishReason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,9 +285,11 @@ class ModelRequest:
 class ModelResponse:
     """A normalized provider response.
 
-    At most ``MAX_TOOL_CALLS`` tool calls, each named in at most
-    ``MAX_TOOL_NAME_CHARS`` and identified in at most ``MAX_CALL_ID_CHARS``
-    characters; more is an ``InvalidValue``, whichever provider built it.
+    Each field holds its declared type (``finish_reason`` one of ``FinishReason``,
+    each call a ``ToolCall`` named by a ``str``). At most ``MAX_TOOL_CALLS``
+    tool calls, each named in at most ``MAX_TOOL_NAME_CHARS`` and identified in
+    at most ``MAX_CALL_ID_CHARS`` characters. Anything else is an
+    ``InvalidValue``, whichever provider built it.
     ``model`` and ``provider_request_id`` are what the server chose (a proxy,
     a self-hosted or a compromised one): each is kept as ``reported_id``
     writes it, escaped and cut, since usage rows, events and the inspectors
@@ -302,20 +305,37 @@ class ModelResponse:
     provider_request_id: str | None = None
 
     def __post_init__(self) -> None:
+        # Any provider builds these, an embedder's too: a field of the wrong type would
+        # complete a turn with it (an int answer) or fail one later as an internal error.
+        if not isinstance(self.text, str):
+            raise InvalidValue("a response's text must be a str")
         _encode_fields(self, "text")
+        if not isinstance(self.tool_calls, tuple | list):
+            raise InvalidValue("a response's tool_calls must be a tuple of ToolCall")
         calls = tuple(self.tool_calls)
+        if not isinstance(self.usage, Usage):
+            raise InvalidValue("a response's usage must be a Usage")
+        if self.finish_reason not in _FINISH_REASONS:
+            raise InvalidValue(f"a response's finish_reason must be one of {_FINISH_REASONS}")
+        if not isinstance(self.provider, str) or not isinstance(self.model, str):
+            raise InvalidValue("a response's provider and model must be str")
+        if not isinstance(self.provider_request_id, str | None):
+            raise InvalidValue("a response's provider_request_id must be a str or None")
         # Checked here, not on ToolCall: a transcript written before these bounds must
         # still load, but no provider may hand a turn a response past them.
         if len(calls) > MAX_TOOL_CALLS:
             raise InvalidValue(f"a response holds more than {MAX_TOOL_CALLS} tool calls")
         for call in calls:
+            if not isinstance(call, ToolCall):
+                raise InvalidValue("a response's tool_calls must be a tuple of ToolCall")
+            if not isinstance(call.name, str) or not isinstance(call.call_id, str):
+                raise InvalidValue("a tool call's name and call_id must be str")
             if len(call.name) > MAX_TOOL_NAME_CHARS:
                 raise InvalidValue(f"a tool name is longer than {MAX_TOOL_NAME_CHARS} characters")
             if len(call.call_id) > MAX_CALL_ID_CHARS:
                 raise InvalidValue(f"a tool call id is longer than {MAX_CALL_ID_CHARS} characters")
         object.__setattr__(self, "tool_calls", calls)
-        if isinstance(self.model, str):
-            object.__setattr__(self, "model", reported_id(self.model, MAX_MODEL_ID_CHARS))
+        object.__setattr__(self, "model", reported_id(self.model, MAX_MODEL_ID_CHARS))
         if isinstance(self.provider_request_id, str):
             request_id = reported_id(self.provider_request_id, MAX_REQUEST_ID_CHARS)
             object.__setattr__(self, "provider_request_id", request_id)
@@ -339,14 +359,26 @@ class ModelResponse:
 
 @dataclass(frozen=True, slots=True)
 class StreamEvent:
-    """One streamed increment; the last event (``kind="done"``) carries the full response."""
+    """One streamed increment; the last event (``kind="done"``) carries the full response.
+
+    A kind other than ``text`` and ``done``, text that is no ``str`` or a ``done``
+    without its ``ModelResponse`` is an ``InvalidValue``.
+    """
 
     kind: Literal["text", "done"]
     text: str = ""
     response: ModelResponse | None = None
 
     def __post_init__(self) -> None:
+        if self.kind not in ("text", "done"):
+            raise InvalidValue('a stream event\'s kind must be "text" or "done"')
+        if not isinstance(self.text, str):
+            raise InvalidValue("a stream event's text must be a str")
         _encode_fields(self, "text")
+        if self.kind == "done" and not isinstance(self.response, ModelResponse):
+            raise InvalidValue("a done event carries its ModelResponse")
+        if self.kind == "text" and self.response is not None:
+            raise InvalidValue("only the done event carries a response")
 
 
 def _encode_fields(value: object, *names: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 import pytest
@@ -49,7 +50,22 @@ def test_an_owner_recorded_with_a_wall_clock_start_is_still_judged() -> None:
     """Rows an earlier hostkit wrote (or a Host without /proc) carry a wall-clock time."""
     me = psutil.Process()
     ours = LeaseOwner.current("host-a")
-    legacy = LeaseOwner(ours.host, me.pid, me.create_time(), "old")
+    legacy = LeaseOwner(ours.host, me.pid, me.create_time(), ours.instance)
     assert legacy.liveness() == "alive"
     assert LeaseOwner(ours.host, me.pid, me.create_time() - 100, "old").liveness() == "dead"
     assert LeaseOwner("another-machine", me.pid, 1.0, "remote").liveness() == "unknown"
+
+
+def test_an_owner_in_this_process_lives_as_long_as_its_instance() -> None:
+    """Several Host instances in one process, made on several threads: each is alive
+    until it retires, and only that one is dead then (a Host opened again in a notebook
+    kernel takes over what a closed one could not end)."""
+    with ThreadPoolExecutor(4) as threads:
+        owners = list(threads.map(LeaseOwner.current, [f"host-{n}" for n in range(8)]))
+    assert {owner.liveness() for owner in owners} == {"alive"}
+    owners[3].retire()
+    assert [owner.liveness() for owner in owners].count("dead") == 1
+    assert owners[3].liveness() == "dead"
+    assert owner_is_dead(owners[3].encode())
+    # An instance this process never made is no live one of it either.
+    assert dataclasses.replace(owners[0], instance="host-elsewhere").liveness() == "dead"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import anyio
 import pytest
 
 from hostkit.effects import ToolContext, tool
-from hostkit.errors import TurnRejected
+from hostkit.errors import HostkitError, StoreError, TurnRejected
 from hostkit.host import Host
 from hostkit.store import Admitted, LeaseOwner, TurnAdmission
 from hostkit.store._turns import SqlTurnStore
@@ -20,14 +21,17 @@ from tests.support import facts
 pytestmark = pytest.mark.anyio
 
 
-async def test_an_unexpected_adapter_exception_fails_the_turn_without_leaking(
+async def test_an_unexpected_adapter_exception_fails_the_turn_naming_it_without_leaking(
     tmp_path: Path,
 ) -> None:
     model = ScriptedModel([Fail(RuntimeError("raw adapter bug with secret=abc"))])
     async with open_host(tmp_path, model) as host:
         result = await host.turns.run(request())
         assert result.outcome == "failed"
-        assert result.error == "internal error (RuntimeError)"
+        # The provider's failure, by name and type; its message bounded and redacted.
+        assert result.error == (
+            "provider failed: scripted: RuntimeError: raw adapter bug with secret=[redacted]"
+        )
         assert [status for _, status in await turn_rows(host)] == ["failed"]
 
 
@@ -139,6 +143,47 @@ async def test_recovery_keeps_a_live_renewing_owner_and_ends_a_dead_one_at_once(
             turn_ids[0]: "running",
             turn_ids[1]: "lost",
         }
+
+
+async def test_a_host_opened_again_in_this_process_frees_a_closed_ones_session_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Host that closed while its database was down could not end its turn; a Host
+    opened again in the same process (a notebook re-running its setup cell) sees that
+    holder dead, though its pid is this process's, and serves the session at once."""
+    entered = anyio.Event()
+
+    @tool("hold")
+    async def hold(ctx: ToolContext) -> str:
+        """Holds the turn until the Host closes."""
+        entered.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    async def database_down(fn: object) -> object:
+        raise StoreError("write failed: the database is down", retryable=True)
+
+    async def run(host: Host) -> None:
+        with contextlib.suppress(HostkitError):
+            await host.turns.run(request())
+
+    model = ScriptedModel([CallTools(("hold", {}))])
+    async with (
+        open_host(tmp_path, model, tools=[hold]) as first,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(run, first)
+        await entered.wait()
+        monkeypatch.setattr(first.store, "write", database_down)
+        tg.cancel_scope.cancel()
+    monkeypatch.undo()
+
+    async with open_host(tmp_path, ScriptedModel([Reply("again")])) as second:
+        # Its opening recovery ended the closed Host's turn: nothing is left running.
+        assert [status for _, status in await turn_rows(second)] == ["indeterminate"]
+        with anyio.fail_after(10):
+            result = await second.turns.run(request("again"))
+        assert result.outcome == "completed"
 
 
 @pytest.mark.parametrize("channel", ["schedule", "operator", "agent"])
