@@ -267,6 +267,12 @@ class TurnExecution:
                     if caught is not None and not isinstance(outcome, AdmittedTurn):
                         raise caught
                     if isinstance(outcome, TurnState):
+                        if outcome.status == "running" and await leases.end_abandoned(
+                            outcome.turn_id
+                        ):
+                            # A retry of a turn whose end this Host could not write (the
+                            # store failed then): ended lost now, so the retry reads that.
+                            continue
                         return self._existing(outcome)
                     if isinstance(outcome, AdmittedTurn):
                         admitted = outcome.admitted

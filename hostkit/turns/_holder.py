@@ -196,10 +196,16 @@ class LeaseHolder:
 
         A session held by a turn this Host abandoned is freed at once.
         """
-        stale = self._abandoned.pop(busy.holder_turn_id, None)
-        if stale is not None and await self.abandon(stale):
+        if await self.end_abandoned(busy.holder_turn_id):
             return
         await ticket.wait(busy.session_id)
+
+    async def end_abandoned(self, turn_id: str) -> bool:
+        """End ``turn_id`` ``lost`` now if this Host gave up on recording it (``leave``):
+        True once its session is free. False for any other turn, or while the store
+        still fails (the lease is left again)."""
+        stale = self._abandoned.pop(turn_id, None)
+        return stale is not None and await self.abandon(stale)
 
     # -- running turns ----------------------------------------------------------------
 
@@ -331,8 +337,9 @@ class LeaseHolder:
     def leave(self, lease: SessionLease) -> None:
         """Remember a turn whose end could not be written, without trying now.
 
-        The next local admission of its session tries again; its expiry, this
-        Host's shutdown and the next process's recovery are the other ways out.
+        The next local admission of its session, or a retry of its request, tries
+        again; its expiry, this Host's shutdown and the next process's recovery are
+        the other ways out.
         """
         self._abandoned[lease.turn_id] = lease
 
