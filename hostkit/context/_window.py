@@ -12,7 +12,6 @@ last one, not what the window holds. What leaves the window leaves its memos.
 from __future__ import annotations
 
 import json
-import sys
 from collections import deque
 from collections.abc import Iterable, Sequence
 
@@ -38,13 +37,15 @@ _MESSAGE_OVERHEAD = 1_536
 _WINDOW_OVERHEAD = 9_216
 
 
-_EMPTY_STR = sys.getsizeof("")
-
-
 def _text_bytes(text: str) -> int:
-    """The memory ``text`` takes beyond an empty string's: its length for ASCII, up to four
-    times that for text Python stores two or four bytes a character (CJK, emoji)."""
-    return max(len(text), sys.getsizeof(text) - _EMPTY_STR)
+    """About the memory ``text`` takes: its length for ASCII, its UTF-8 length otherwise
+    (two to four bytes a character, as Python stores CJK or emoji, or more).
+
+    The same for a text whenever it is asked, as the window's count needs (added when a
+    row comes, taken off when it goes): ``sys.getsizeof`` grows once something (a
+    tokenizer's binding) has asked the string for its UTF-8 form, which it then keeps.
+    """
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _held_chars(message: ModelMessage) -> int:

@@ -245,6 +245,8 @@ class PgStore(RowStore):
         # Hops in flight; guarded by _calls_lock (taken by worker threads and the loop).
         self._calls: set[_Call] = set()
         self._calls_lock = threading.Lock()
+        # Connections of the pool checked out by this store's calls (under _calls_lock).
+        self._checked_out = 0
         # When the pool was last drained after a lost connection (monotonic; _calls_lock).
         self._drained_at = 0.0
         # The scopes of the calls waiting for their hop now (event loop only).
@@ -406,20 +408,28 @@ class PgStore(RowStore):
         wait, and a caller cancelled with no deadline would otherwise leave its thread
         waiting out the whole timeout, ahead of live callers in the pool's queue."""
         raw = self._getconn(call, timeout_s)
+        with self._calls_lock:
+            self._checked_out += 1
         try:
             with raw:  # as the pool's own: commit on success, roll back on an error
                 yield raw
         finally:
             self._pool.putconn(raw)
+            with self._calls_lock:
+                self._checked_out -= 1
 
     def _getconn(self, call: _Call, timeout_s: float) -> psycopg.Connection[Any]:
         """A pooled connection within ``timeout_s``; ``_Refused`` as soon as none came
         back within a short slice while the server refuses new ones (the pool would
-        wait the whole timeout: a down server then fails each call in a moment)."""
+        wait the whole timeout: a down server then fails each call in a moment).
+
+        Not while a connection of this store is checked out: a server with no slot
+        left refuses the pool's growth while those work, and one comes back soon.
+        """
         until = time.monotonic() + timeout_s
         while True:
             left = until - time.monotonic()
-            refused = self._refusals.refusing(self._pool.get_stats())
+            refused = self._refused()
             slice_s = _REFUSED_SLICE_S if refused else _CHECKOUT_SLICE_S
             try:
                 return self._pool.getconn(timeout=max(_MIN_CHECKOUT_S, min(left, slice_s)))
@@ -428,10 +438,17 @@ class PgStore(RowStore):
                     gone = call.gave_up()
                 if gone:
                     raise _caller_gone() from None
-                if self._refusals.refusing(self._pool.get_stats()):
+                if self._refused():
                     raise _Refused() from None
                 if left <= slice_s:
                     raise
+
+    def _refused(self) -> bool:
+        """Whether the server refuses new connections and none of this store's is out."""
+        with self._calls_lock:
+            if self._checked_out:
+                return False
+        return self._refusals.refusing(self._pool.get_stats())
 
     @contextlib.contextmanager
     def _holding(self, call: _Call, raw: psycopg.Connection[Any]) -> Any:

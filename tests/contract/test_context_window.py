@@ -7,10 +7,12 @@ Hosts and compactions changes costs, never messages or figures.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import random
 import re
+import sqlite3
 import threading
 import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
@@ -40,6 +42,7 @@ from hostkit.context._assemble import (
     prune_results,
 )
 from hostkit.context._window import SessionWindow
+from hostkit.context._window import _held_chars as held_chars
 from hostkit.errors import ConfigError, StoreError
 from hostkit.store import ContextState, HistoryRow, LeaseOwner, RuntimeStore, SqliteStore
 from hostkit.types import (
@@ -485,6 +488,20 @@ async def test_the_window_cache_bound_is_the_memory_it_takes(
     assert 1 < manager.cached_sessions < len(sessions)  # the bound evicted some
     assert manager.cached_chars <= bound
     assert bound // 2 < taken <= bound, taken
+
+
+def test_a_held_text_counts_the_same_however_often_it_is_asked() -> None:
+    """A message's size is added when its row comes and taken off when it goes: the two
+    must agree. ``sys.getsizeof`` of a non-ASCII string grows once something (sqlite's
+    binding, a tokenizer's) asks it for its UTF-8 form, which it then keeps, so the
+    count would drift; the size is the text's, not the object's."""
+    text = "\N{GRINNING FACE}\u4e2d" * 500 + "é"
+    message = ModelMessage("user", text)
+    before = held_chars(message)
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        conn.execute("SELECT ?", (text,)).fetchone()  # caches the string's UTF-8 form
+    assert held_chars(message) == before
+    assert before >= 3 * len(text)  # two to four bytes a character, not one
 
 
 async def test_the_text_a_window_holds_is_counted_as_rows_come_and_go(

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from typing import Any
 
 import anyio
 import httpx
+import psycopg
 import pytest
 
 from hostkit._store_health import StoreHealth
@@ -26,7 +28,7 @@ from hostkit.inbox import ChannelInbox
 from hostkit.store import RuntimeStore
 from tests.faults._serve_proc import eventually
 from tests.ingress import NOW, SECRETS, serve_ingress, to_json
-from tests.postgres import PostgresCluster
+from tests.postgres import HOSTKIT_TEMPLATE, PostgresCluster
 
 pytestmark = pytest.mark.anyio
 
@@ -84,3 +86,50 @@ async def test_a_stopped_server_fails_calls_webhooks_and_readiness_at_once(
         assert time.monotonic() - up < BACK_WITHIN_S
         assert (await client.get("/readyz")).status_code == 200
         assert await store.read(sessions) >= 0
+
+
+async def test_a_checkout_waits_for_a_connection_in_use_while_new_ones_are_refused(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """A healthy server with no connection slot left (other Hosts on the database took
+    them) refuses the pool's growth while the connection this store holds works: a
+    second call waits for that one to come back, as it did before failing fast; it is
+    not failed as if the server were down."""
+    url = await postgres_cluster.create_database(template=HOSTKIT_TEMPLATE)
+    async with await RuntimeStore.open_postgres(url, pool_size=2) as store:
+        others = await anyio.to_thread.run_sync(take_every_slot, url)
+        try:
+
+            def holding(conn: object) -> int:
+                time.sleep(1.5)
+                return 1
+
+            answers: list[object] = []
+
+            async def second() -> None:
+                await anyio.sleep(0.1)  # after the first call took the pool's connection
+                answers.append(await store.read(sessions))
+
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(second)
+                    answers.append(await store.read(holding))
+        finally:
+            for other in others:
+                other.close()
+    assert sorted(answers, key=str) == [0, 1]
+
+
+def take_every_slot(url: str) -> list[psycopg.Connection[Any]]:
+    """Connections to ``url`` until the server refuses one (out of slots): theirs to close."""
+    taken: list[psycopg.Connection[Any]] = []
+    try:
+        while len(taken) < 1_000:
+            taken.append(psycopg.connect(url))
+    except psycopg.OperationalError as exc:
+        if "too many clients" not in str(exc) and "reserved" not in str(exc):
+            raise  # some other failure than slots running out
+        return taken
+    for conn in taken:
+        conn.close()
+    raise AssertionError("the server never ran out of connection slots")
