@@ -80,6 +80,15 @@ def host_config(tmp_path: Path, channels: Mapping[str, Mapping[str, Any]]) -> Ho
     )
 
 
+async def configured_channels(
+    config: HostConfig, env: Mapping[str, str], *, require: bool = True
+) -> ConfiguredChannels:
+    """The Host's own channels for ``config``, their adapters (and httpx) loaded off the
+    event loop first, as the Host loads them before it builds its channels on the loop."""
+    await load_channel_adapters(config)
+    return ConfiguredChannels(config, env, require=require)
+
+
 @asynccontextmanager
 async def channel_host(
     tmp_path: Path,
@@ -91,8 +100,7 @@ async def channel_host(
     """A Host whose turns answer ``answers`` in order and whose channels are configured."""
     config = host_config(tmp_path, channels)
     model = ScriptedModel([Reply(text) for text in answers], repeat_last=True)
-    await load_channel_adapters(config)  # as the Host does before building them on the loop
-    caps = dataclasses.replace(capabilities(model), channels=ConfiguredChannels(config, env))
+    caps = dataclasses.replace(capabilities(model), channels=await configured_channels(config, env))
     async with Host.open(config, capabilities=caps) as host:
         yield host
 

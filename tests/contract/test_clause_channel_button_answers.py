@@ -32,10 +32,10 @@ from hostkit.channels import sign_slack
 from hostkit.channels._slack import parse_slack
 from hostkit.channels._telegram import envelope_from_update
 from hostkit.errors import ChannelRefused, StoreError
-from hostkit.host import ConfiguredChannels, Host, parse_config
+from hostkit.host import Host, parse_config
 from hostkit.testing import capabilities
 from hostkit.types import InboundEnvelope, approval_code
-from tests.contract._delivery_hosts import ENV, Clock, channel_tables
+from tests.contract._delivery_hosts import ENV, Clock, channel_tables, configured_channels
 from tests.contract.test_clause_channel_approvals import script
 from tests.contract.test_effects_approval_flow import ASK, Stamps
 from tests.platforms import FakeSlack, FakeTelegram, telegram_callback, telegram_message
@@ -62,7 +62,7 @@ async def button_host(
     )
     model = ScriptedModel([script], repeat_last=True)
     caps = dataclasses.replace(
-        capabilities(model, tools=[stamps.tool]), channels=ConfiguredChannels(config, ENV)
+        capabilities(model, tools=[stamps.tool]), channels=await configured_channels(config, ENV)
     )
     async with Host.open(config, capabilities=caps) as host:
         yield host

@@ -16,7 +16,6 @@ import pytest
 
 from hostkit.adapters.scripted import Reply, ScriptedModel
 from hostkit.delivery import DeliveryPolicy, DeliveryRuntime
-from hostkit.host import ConfiguredChannels
 from hostkit.store import RuntimeStore
 from hostkit.testing import capabilities
 from hostkit.types import ClaimedDelivery, DeliveryIntent
@@ -27,6 +26,7 @@ from tests.contract._delivery_hosts import (
     Clock,
     channel_host,
     channel_tables,
+    configured_channels,
     host_config,
     routed_turn,
 )
@@ -140,7 +140,7 @@ async def test_a_config_apply_changes_the_adapter_of_later_attempts_only(tmp_pat
             config = host_config(tmp_path, channel_tables(slack=new.api_base))
             caps = dataclasses.replace(
                 capabilities(ScriptedModel([Reply("x")])),
-                channels=ConfiguredChannels(config, ENV),
+                channels=await configured_channels(config, ENV),
             )
             await host.apply_config(config, capabilities=caps)
             clock.advance(1.0)

@@ -20,11 +20,11 @@ import pytest
 from hostkit.adapters.scripted import ScriptedModel
 from hostkit.effects import ToolContext, tool
 from hostkit.freeze import thaw
-from hostkit.host import ConfiguredChannels, Host
+from hostkit.host import Host
 from hostkit.store import INDETERMINATE_NOTICE, LOST_NOTICE
 from hostkit.testing import CallTools, Reply, capabilities
 from hostkit.types import ConversationFacts, ModelRequest, TurnRequest, TurnResult, new_id
-from tests.contract._delivery_hosts import ENV, channel_tables, host_config
+from tests.contract._delivery_hosts import ENV, channel_tables, configured_channels, host_config
 from tests.hosts import turn_rows
 
 pytestmark = pytest.mark.anyio
@@ -46,7 +46,7 @@ class Blocked:
 async def blocked_host(tmp_path: Path, blocked: Blocked) -> AsyncIterator[Host]:
     config = host_config(tmp_path, channel_tables(slack="http://127.0.0.1:9/api"))
     caps = dataclasses.replace(
-        capabilities(ScriptedModel([blocked])), channels=ConfiguredChannels(config, ENV)
+        capabilities(ScriptedModel([blocked])), channels=await configured_channels(config, ENV)
     )
     async with Host.open(config, capabilities=caps) as host:
         yield host
@@ -122,7 +122,7 @@ async def test_a_routed_turn_cut_off_while_its_call_ran_says_it_may_have_acted(
     config = host_config(tmp_path, channel_tables(slack="http://127.0.0.1:9/api"))
     model = ScriptedModel([CallTools(("work_slow", {})), Reply("never")])
     caps = dataclasses.replace(
-        capabilities(model, tools=[slow]), channels=ConfiguredChannels(config, ENV)
+        capabilities(model, tools=[slow]), channels=await configured_channels(config, ENV)
     )
     async with Host.open(config, capabilities=caps) as host:
         async with anyio.create_task_group() as group:

@@ -18,11 +18,11 @@ import pytest
 from hostkit.adapters.scripted import CallTools, Fail, ScriptedModel
 from hostkit.errors import ProviderError
 from hostkit.freeze import thaw
-from hostkit.host import ConfiguredChannels, Host, parse_config
+from hostkit.host import Host, parse_config
 from hostkit.store import FAILED_ACTED_NOTICE, FAILED_NOTICE
 from hostkit.testing import capabilities
 from hostkit.types import ConversationFacts, TurnRequest, new_id
-from tests.contract._delivery_hosts import ENV, channel_tables, host_config
+from tests.contract._delivery_hosts import ENV, channel_tables, configured_channels, host_config
 
 pytestmark = pytest.mark.anyio
 
@@ -53,7 +53,7 @@ async def test_a_failed_turn_sends_the_notice_and_never_its_error(
 ) -> None:
     config = host_config(tmp_path, channel_tables(slack="http://127.0.0.1:9/api"))
     caps = dataclasses.replace(
-        capabilities(ScriptedModel([failure])), channels=ConfiguredChannels(config, ENV)
+        capabilities(ScriptedModel([failure])), channels=await configured_channels(config, ENV)
     )
     async with Host.open(config, capabilities=caps) as host:
         result = await host.turns.run(request(routed=routed))
@@ -100,7 +100,7 @@ async def test_a_turn_that_failed_after_a_call_acted_never_says_try_again(
         ]
     )
     caps = dataclasses.replace(
-        capabilities(model, config=config), channels=ConfiguredChannels(config, ENV)
+        capabilities(model, config=config), channels=await configured_channels(config, ENV)
     )
     async with Host.open(config, capabilities=caps) as host:
         result = await host.turns.run(request(routed=True))

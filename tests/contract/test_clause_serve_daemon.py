@@ -31,12 +31,12 @@ from hostkit.channels import MIN_SIGNING_SECRET, ingress_app, sign_webhook
 from hostkit.cli import _serve as cli_serve
 from hostkit.errors import ConfigError, ProviderError
 from hostkit.host import Host, HostDaemon, parse_config
-from hostkit.host._defaults import ConfiguredChannels
 from hostkit.inbox import _admission as admission_module
 from hostkit.inbox._admission import RECHECK_S
 from hostkit.testing import Reply, ScriptedModel, capabilities
 from hostkit.types import InboundEnvelope, InboundFailure, InboundResult, ModelRequest
 from tests.contract._daemons import Changes
+from tests.contract._delivery_hosts import configured_channels
 from tests.platforms import WebhookReceiver
 from tests.support import SteppedMonotonic
 
@@ -94,7 +94,7 @@ async def serving(
         config = _config(tmp_path, receiver.deliver_url, serve=serve)
         caps = dataclasses.replace(
             capabilities(ScriptedModel([model], repeat_last=True)),
-            channels=ConfiguredChannels(config, ENV),
+            channels=await configured_channels(config, ENV),
         )
         async with (
             Host.open(config, capabilities=caps) as host,
@@ -226,7 +226,7 @@ async def test_a_reload_of_a_channels_allow_list_and_secret_counts_at_the_next_w
         config = _config(tmp_path, receiver.deliver_url)
         caps = dataclasses.replace(
             capabilities(ScriptedModel([SlowModel()], repeat_last=True)),
-            channels=ConfiguredChannels(config, env),
+            channels=await configured_channels(config, env),
         )
         async with Host.open(config, capabilities=caps) as host, host.serve(env=env) as daemon:
             assert daemon.url is not None
@@ -331,7 +331,7 @@ async def test_a_signing_secret_too_short_to_resist_guessing_is_refused(
             host.serve(env={"HOOK_SECRET": short})
         host.serve(env={"HOOK_SECRET": LONG_ENOUGH})
     with pytest.raises(ConfigError) as sent:
-        ConfiguredChannels(config, {"HOOK_SECRET": short}, require=True)
+        await configured_channels(config, {"HOOK_SECRET": short}, require=True)
     with pytest.raises(ConfigError) as app:
         ingress_app(config.channels, host.inbox, secrets={"hooks": short})
     for caught in (served, sent, app):
@@ -369,7 +369,9 @@ async def test_a_sender_revoked_by_a_reload_is_not_answered_for_messages_already
     model = ScriptedModel([Reply("answered")], repeat_last=True)
     async with WebhookReceiver.running(secret=SECRET) as receiver:
         config = _config(tmp_path, receiver.deliver_url)
-        caps = dataclasses.replace(capabilities(model), channels=ConfiguredChannels(config, ENV))
+        caps = dataclasses.replace(
+            capabilities(model), channels=await configured_channels(config, ENV)
+        )
         async with Host.open(config, capabilities=caps) as host:
 
             async def accept(event: str, sender: str, text: str) -> str:
