@@ -96,6 +96,7 @@ __all__ = [
     "bounded_hides",
     "redact_credentials",
     "scrub_secret",
+    "type_name",
     "unbounded_message",
 ]
 
@@ -212,6 +213,12 @@ def redact_credentials(text: str) -> str:
     value = _URL_CREDENTIALS.sub(r"\1\2:[redacted]@", value)
     value = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", value)
     return _TOKEN_SHAPES.sub("[redacted]", value)
+
+
+def type_name(value: object, limit: int = 80) -> str:
+    """What ``value`` is, for an error naming it: its type's name, bounded, never its
+    repr (an embedder's object: its repr may be huge, raise, or recurse without end)."""
+    return bounded(type(value).__name__, limit)
 
 
 def unbounded_message(exc: object) -> str:

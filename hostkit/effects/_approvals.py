@@ -31,7 +31,13 @@ import anyio
 from hostkit._boot_clock import boot_clock
 from hostkit._cancellation import is_cancellation
 from hostkit.effects._diff import bounded_view
-from hostkit.errors import ApprovalClosed, HostkitError, InvalidValue, RuntimeFailure, bounded
+from hostkit.errors import (
+    ApprovalClosed,
+    HostkitError,
+    InvalidValue,
+    RuntimeFailure,
+    type_name,
+)
 from hostkit.freeze import FrozenMap
 from hostkit.store import ApprovalDecision, ApprovalRevocation, ApprovalStatus, RevocationPage
 from hostkit.types import is_seconds
@@ -573,6 +579,5 @@ def _provider_failed(provider: object, exc: BaseException) -> RuntimeFailure:
     """What an approval provider that raised ends its call's turn with: only the types (its
     own message may quote what it was shown)."""
     return RuntimeFailure(
-        f"the approval provider {bounded(type(provider).__name__, 80)} raised "
-        f"{bounded(type(exc).__name__, 80)}; the call did not run"
+        f"the approval provider {type_name(provider)} raised {type_name(exc)}; the call did not run"
     )

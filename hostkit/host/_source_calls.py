@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import anyio
 
 from hostkit.effects import AuthoredTool, McpServer, SourcedTool
-from hostkit.errors import ConfigError, HostkitError, RuntimeFailure, bounded
+from hostkit.errors import ConfigError, HostkitError, RuntimeFailure, type_name
 from hostkit.host._capabilities import AgentMemory
 from hostkit.providers import ModelProvider
 
@@ -37,17 +37,12 @@ __all__ = [
 # default provider source starts an embedded model (its own 60 s startup bound), and
 # an apply gives a whole tools build BUILD_TOOLS_DEADLINE_S, as long as this.
 SOURCE_DEADLINE_S = 120.0
-_MAX_NAME = 80
 
 T = TypeVar("T")
 
 
 def _named(kind: str, source: object) -> str:
-    return f"the {kind} source {bounded(type(source).__name__, _MAX_NAME)}"
-
-
-def _type_of(value: object) -> str:
-    return bounded(type(value).__name__, _MAX_NAME)
+    return f"the {kind} source {type_name(source)}"
 
 
 async def ask_source(kind: str, source: object, call: Callable[[], Awaitable[T]]) -> T:
@@ -64,19 +59,19 @@ async def ask_source(kind: str, source: object, call: Callable[[], Awaitable[T]]
             raise
         except Exception as exc:
             # Only the type: the source's own message may carry what it was building with.
-            raise RuntimeFailure(f"{_named(kind, source)} raised {_type_of(exc)}") from exc
+            raise RuntimeFailure(f"{_named(kind, source)} raised {type_name(exc)}") from exc
     raise RuntimeFailure(
         f"{_named(kind, source)} did not answer within {deadline_s:g} s", retryable=True
     )
 
 
 def _problem(kind: str, source: object, returned: object, wanted: str) -> ConfigError:
-    return ConfigError(f"{_named(kind, source)} returned {_type_of(returned)}, not {wanted}")
+    return ConfigError(f"{_named(kind, source)} returned {type_name(returned)}, not {wanted}")
 
 
 def _holding(kind: str, source: object, value: object, item: object, wanted: str) -> ConfigError:
     return ConfigError(
-        f"{_named(kind, source)} returned a {_type_of(value)} holding a {_type_of(item)}, "
+        f"{_named(kind, source)} returned a {type_name(value)} holding a {type_name(item)}, "
         f"not only {wanted}"
     )
 

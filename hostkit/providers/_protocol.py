@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Protocol, runtime_checkable
 
-from hostkit.errors import ProviderError, bounded
+from hostkit.errors import ProviderError, type_name
 from hostkit.types import (
     NO_ATTACHMENTS,
     AttachmentSupport,
@@ -81,7 +81,7 @@ async def open_stream(
     if not isinstance(events, AsyncIterator):
         if inspect.iscoroutine(events):
             events.close()  # never awaited: closed, so no "never awaited" warning follows
-        returned = bounded(type(events).__name__, 80)
+        returned = type_name(events)
         raise ProviderError(
             f"stream() returned {returned}, not an async iterator", provider=provider.name
         )

@@ -30,6 +30,7 @@ from hostkit.errors import (
     TurnRejected,
     UnboundToken,
     bounded,
+    type_name,
     unbounded_message,
 )
 from hostkit.providers import open_stream
@@ -411,7 +412,7 @@ class TurnExecution:
             # group holding the caller's cancellation is that cancellation.
             interrupted = None
             if not is_cancellation(exc):
-                interrupted = f"the turn was interrupted by {bounded(type(exc).__name__, 80)}"
+                interrupted = f"the turn was interrupted by {type_name(exc)}"
             await uninterrupted(self._cut_short(request, context, core, active, interrupted))
             raise
         finally:
@@ -1442,7 +1443,7 @@ def _pinned_snapshot(core: PinnedCore) -> dict[str, object]:
     try:
         return capability_snapshot(core)
     except Exception as exc:
-        raised = bounded(type(exc).__name__, 80)
+        raised = type_name(exc)
         raise TurnRejected(f"the agent's model provider could not be read ({raised})") from exc
 
 
@@ -1469,7 +1470,7 @@ def _provider_raised(exc: Exception, provider: str) -> ProviderError:
 
 def _not_a(value: object, expected: str, provider: str) -> ProviderError:
     """A provider handed the turn ``value`` where a value of type ``expected`` belongs."""
-    got = bounded(type(value).__name__, 80)
+    got = type_name(value)
     return ProviderError(f"stream() gave {got}, not a {expected}", provider=provider)
 
 
