@@ -25,6 +25,7 @@ from pathlib import Path
 from hostkit._free_space import free_bytes_at
 from hostkit.errors import MigrationError
 from hostkit.store._connection import create_private
+from hostkit.store._fresh_schema import fresh_image
 from hostkit.store._schema import APPLICATION_ID, MIGRATIONS, Migration
 from hostkit.store._writer import LockWait, begin_immediate
 
@@ -395,11 +396,17 @@ def _upgrade_locked(
 
     # What failed, for the message: a step's statements, or the commit of them all.
     failing = f"migration to v{migrations[current].version}"
+    image = fresh_image(migrations) if fresh else None
     try:
-        for step in migrations[current:]:
-            failing = f"migration to v{step.version} ({step.name})"
-            for statement in step.statements:
-                conn.execute(statement)
+        if image is not None:
+            failing = f"creating the schema of v{latest}"
+            for statement, parameters in image.statements:
+                conn.execute(statement, parameters)
+        else:
+            for step in migrations[current:]:
+                failing = f"migration to v{step.version} ({step.name})"
+                for statement in step.statements:
+                    conn.execute(statement)
         failing = f"committing the migration to v{latest}"
         conn.execute(f"PRAGMA user_version = {latest}")
         problems = conn.execute("PRAGMA foreign_key_check").fetchall()

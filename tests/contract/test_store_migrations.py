@@ -185,6 +185,64 @@ async def test_fresh_schema_equals_a_migrated_old_one(tmp_path: Path) -> None:
     )
 
 
+def replayed(path: Path, migrations: tuple[Migration, ...]) -> str:
+    """``migrations`` run step by step on a new file at ``path``: its logical fingerprint."""
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        for step in migrations:
+            for statement in step.statements:
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {len(migrations)}")
+        conn.execute("COMMIT")
+        return _migrate.logical_fingerprint(conn)
+    finally:
+        conn.close()
+
+
+def fingerprint(path: Path) -> str:
+    conn = sqlite3.connect(str(path))
+    try:
+        return _migrate.logical_fingerprint(conn)
+    finally:
+        conn.close()
+
+
+@pytest.mark.sqlite_only("compares two SQLite files' logical content")
+async def test_a_new_file_holds_exactly_what_every_step_replayed_leaves(tmp_path: Path) -> None:
+    """A new file is created from the steps' end state in one pass, not step by step:
+    schema, AUTOINCREMENT counters, full-text index tables and header all match a replay."""
+    async with await RuntimeStore.open(tmp_path / "fresh.db"):
+        pass
+    expected = await anyio.to_thread.run_sync(replayed, tmp_path / "replayed.db", MIGRATIONS)
+    assert await anyio.to_thread.run_sync(fingerprint, tmp_path / "fresh.db") == expected
+
+
+SEEDING = Migration(
+    SCHEMA_VERSION + 1,
+    "a step that seeds a row",
+    ("CREATE TABLE seeded (x INTEGER)", "INSERT INTO seeded VALUES (7)"),
+)
+
+
+@pytest.mark.sqlite_only("an injected SQLite migration on a new file")
+async def test_a_step_that_seeds_rows_still_leaves_them_in_a_new_file(tmp_path: Path) -> None:
+    steps = (*MIGRATIONS, SEEDING)
+    async with await RuntimeStore.open(tmp_path / "fresh.db", migrations=steps) as store:
+        assert store.migration.to_version == SCHEMA_VERSION + 1
+    expected = await anyio.to_thread.run_sync(replayed, tmp_path / "replayed.db", steps)
+    assert await anyio.to_thread.run_sync(fingerprint, tmp_path / "fresh.db") == expected
+
+
+@pytest.mark.sqlite_only("an injected failing SQLite migration on a new file")
+async def test_a_failing_step_on_a_new_file_is_named_and_leaves_it_new(db_path: Path) -> None:
+    with pytest.raises(MigrationError, match="injected failure") as caught:
+        await RuntimeStore.open(db_path, migrations=(*MIGRATIONS, FAILING))
+    assert "unchanged at v0" in str(caught.value)
+    async with await RuntimeStore.open(db_path) as store:
+        assert (store.migration.from_version, store.migration.backup) == (0, None)
+
+
 @pytest.mark.sqlite_only("golden SQLite files of released versions")
 @pytest.mark.parametrize("golden", sorted(p.name for p in GOLDEN.glob("hostkit-v*.db")))
 async def test_golden_database_of_each_released_version_migrates(
