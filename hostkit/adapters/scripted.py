@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import operator
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_args
@@ -37,6 +38,8 @@ from hostkit.types import (
 )
 
 __all__ = ["CallTools", "Fail", "Reply", "ScriptStep", "ScriptedModel"]
+
+_CONTENT = operator.attrgetter("content")
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,8 +181,9 @@ class ScriptedModel(ProviderBase):
         return Reply(step) if isinstance(step, str) else step
 
     def _respond(self, request: ModelRequest, step: Reply | CallTools) -> ModelResponse:
-        # Counted, not joined: a long window costs one pass and no copy of its text.
-        prompt_chars = sum(len(m.content) for m in request.messages) + sum(
+        # Counted, not joined: a long window costs one pass and no copy of its text, and
+        # that pass runs in C (a window of hundreds of messages, at every step).
+        prompt_chars = sum(map(len, map(_CONTENT, request.messages))) + sum(
             len(t.name) + len(t.description) for t in request.tools
         )
         calls = self._bounded(step, {t.name for t in request.tools})
