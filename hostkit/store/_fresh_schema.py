@@ -77,7 +77,10 @@ def _build(migrations: tuple[Migration, ...]) -> FreshImage | None:
 
 
 def _memory() -> sqlite3.Connection:
-    return sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    """An in-memory database set up as the store's writer is where the steps run."""
+    conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
 
 
 def _apply(conn: sqlite3.Connection, statements: Sequence[tuple[str, tuple[object, ...]]]) -> None:
