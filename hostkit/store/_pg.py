@@ -47,6 +47,7 @@ from hostkit.store._pg_connection import (
     WRITE_LOCK,
     PgConnection,
     configure_connection,
+    encoding_refusal,
     first_line,
     pg_row,
 )
@@ -334,6 +335,9 @@ class PgStore(RowStore):
             opening = WaitLimit()
             follow_opening_limit(opening.limit)
             async with migrating as conn:
+                refused = encoding_refusal(conn.info.parameter_status("server_encoding"), location)
+                if refused is not None:
+                    raise refused
                 sample = await _clock_sample(conn)
                 if abs(sample.skew) > max_clock_skew_s:
                     raise ClockSkew(

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import psycopg
 from psycopg.adapt import Loader
 
+from hostkit.errors import StoreError, bounded
 from hostkit.store._pg_translate import ends_transaction, translate
 
 __all__ = [
@@ -106,6 +107,24 @@ def configure_connection(conn: psycopg.Connection[Any]) -> None:
             conn.commit()
         except psycopg.Error:
             conn.rollback()
+
+
+def encoding_refusal(server_encoding: str | None, location: str) -> StoreError | None:
+    """Why a database that does not store UTF-8 cannot hold hostkit's state, or None.
+
+    SQL_ASCII hands text back as bytes and LATIN1 refuses most of Unicode, so such a
+    database would fail turns and memories one by one with unrelated errors; ``createdb``
+    makes one whenever the cluster was initialised under the C locale without ``-E``.
+    """
+    if server_encoding == "UTF8":
+        return None
+    found = bounded(server_encoding or "unknown", 40)
+    return StoreError(
+        f"the database {location} stores text as {found}, not UTF8: hostkit keeps any "
+        "Unicode text there. Create it with ENCODING 'UTF8' TEMPLATE template0 (createdb "
+        "-E UTF8 -T template0 NAME) and point [store] url at it",
+        retryable=False,
+    )
 
 
 class PgCursor:

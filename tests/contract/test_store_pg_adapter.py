@@ -970,3 +970,35 @@ async def test_under_a_limit_a_claim_still_relaxes_its_isolation_and_claims(
             owner="closing", now=NOW, lease_s=30.0, limit=1, max_attempts=3
         )
         assert claimed.attempt == 1
+
+
+@pytest.mark.parametrize("encoding", ["SQL_ASCII", "LATIN1"])
+async def test_a_database_that_does_not_store_utf8_is_refused_before_its_schema(
+    postgres_cluster: PostgresCluster, encoding: str
+) -> None:
+    """``createdb`` on a cluster made under the C locale gives SQL_ASCII: text would come
+    back as bytes and turns fail one by one with unrelated errors. Refused at open, with
+    how to create the database right, and nothing written to it."""
+    url = await postgres_cluster.create_database()
+    name = url.rsplit("/", 1)[1]
+    other = url.rsplit("/", 1)[0] + f"/{name}_{encoding.lower()}"
+    await admin(
+        postgres_cluster.url(),
+        f"CREATE DATABASE \"{name}_{encoding.lower()}\" ENCODING '{encoding}' "
+        "LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0",
+    )
+    try:
+        with pytest.raises(StoreError) as caught:
+            async with RuntimeStore.open_postgres(other):
+                pytest.fail(f"a {encoding} database opened")
+        message = str(caught.value)
+        assert f"stores text as {encoding}, not UTF8" in message
+        assert "ENCODING 'UTF8' TEMPLATE template0" in message
+        assert not caught.value.retryable
+        assert len(message) <= MESSAGE_LIMIT
+        tables = await admin(other, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+        assert tables == [(0,)]
+    finally:
+        await admin(
+            postgres_cluster.url(), f'DROP DATABASE "{name}_{encoding.lower()}" WITH (FORCE)'
+        )
