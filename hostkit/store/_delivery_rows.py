@@ -474,8 +474,14 @@ def list_intents(
 ) -> tuple[DeliveryIntent, ...]:
     # Only the filter asked for, so the planner can use outbox_dead / the rowid order.
     where, params = ("WHERE status = ? ", [status]) if status is not None else ("", [])
+    order = "id"
+    if status in ("pending", "sending"):
+        # As the inbox's live rows (list_records): the partial index of the few intents
+        # still due, not a walk back through every delivered one.
+        where += "AND status IN ('pending', 'sending') "
+        order = "+id"
     rows = _rows(conn).execute(
-        f"SELECT {_COLUMNS} FROM outbox {where}ORDER BY id DESC LIMIT ?", [*params, limit]
+        f"SELECT {_COLUMNS} FROM outbox {where}ORDER BY {order} DESC LIMIT ?", [*params, limit]
     )
     return tuple(_intent(row) for row in rows)
 
