@@ -6,6 +6,7 @@ messages, which is what makes ``prepare()`` deterministic and testable.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
@@ -14,6 +15,7 @@ from itertools import chain
 from typing import TypeVar
 
 from hostkit.context._estimate import Estimator
+from hostkit.freeze import thaw
 from hostkit.types import LayerSummary, ModelMessage, ToolDefinition
 
 __all__ = [
@@ -88,9 +90,14 @@ class SizeMemo:
     it, so what it still holds is never counted again; past ``limit``
     entries, the oldest is dropped: one that nothing forgot (a turn's own
     messages, a cut text), older than every row still held.
+
+    A turn's own messages are not the rows the store gives back for them
+    (those are decoded anew, at the next turn's read): when the turn ends,
+    the counts of what its last step asked with are ``retire``d, and a row
+    equal to one of them takes its count instead of being counted again.
     """
 
-    __slots__ = ("definitions", "groups", "limit", "messages", "view")
+    __slots__ = ("definitions", "groups", "limit", "messages", "retired", "view")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -100,6 +107,34 @@ class SizeMemo:
         self.definitions: tuple[Sequence[ToolDefinition], int] | None = None
         # The counts of one ``HistoryView``'s messages, in order, and their sum.
         self.view: _Counted | None = None
+        # The retired counts by what a row equal to their message holds (see ``adopt``).
+        self.retired: dict[_Key, tuple[ModelMessage, int]] = {}
+
+    def retire(self, messages: Iterable[ModelMessage]) -> None:
+        """Keep the counts of ``messages``, a turn's that ended, for the rows equal to them
+        until the next turn ends (in place of those of the turn before): one turn's
+        messages at most."""
+        retired: dict[_Key, tuple[ModelMessage, int]] = {}
+        for message in messages:
+            found = self.messages.get(id(message))
+            if found is not None and found[0] is message:
+                del self.messages[id(message)]
+                # Attached bytes never come back (a row holds the reference): not kept.
+                if not any(part.data is not None for part in message.attachments):
+                    retired[_key(message)] = found
+        self.retired = retired
+
+    def adopt(self, message: ModelMessage) -> int | None:
+        """The count a retired message equal to ``message`` has, if there is one; taken
+        once (the row now holds it), so the retired copy's text is not held beside it."""
+        if not self.retired:
+            return None
+        key = _key(message)
+        found = self.retired.get(key)
+        if found is None or not _same_message(found[0], message):
+            return None
+        del self.retired[key]
+        return found[1]
 
     def forget(self, message: ModelMessage) -> None:
         """Drop ``message``'s count: it left the window."""
@@ -115,6 +150,22 @@ class SizeMemo:
 
 
 _T = TypeVar("_T")
+# What finds a retired message a row may equal: its role, text and the call it answers.
+_Key = tuple[str, str, str | None]
+
+
+def _key(message: ModelMessage) -> _Key:
+    return message.role, message.content, message.tool_call_id
+
+
+def _same_message(counted: ModelMessage, other: ModelMessage) -> bool:
+    """Whether every estimator counts ``other`` as ``counted``: equal messages whose calls'
+    arguments are the same JSON text (1, 1.0 and True are equal in Python, not in a
+    request, nor are two orders of the same keys)."""
+    return counted == other and all(
+        json.dumps(thaw(a.arguments)) == json.dumps(thaw(b.arguments))
+        for a, b in zip(counted.tool_calls, other.tool_calls, strict=True)
+    )
 
 
 def _make_room(entries: dict[int, _T], limit: int) -> None:
@@ -148,7 +199,9 @@ class CalibratedEstimator:
         found = memo.messages.get(id(message))
         if found is not None and found[0] is message:
             return found[1]
-        size = self.base.message(message)
+        size = memo.adopt(message)
+        if size is None:
+            size = self.base.message(message)
         _make_room(memo.messages, memo.limit)
         memo.messages[id(message)] = (message, size)
         return size
@@ -228,6 +281,8 @@ class CalibratedEstimator:
             return self.base.definitions(definitions)
         found = memo.definitions
         if found is not None and _same_schemas(found[0], definitions):
+            # The turn's own definitions from now on: its later uses are the same object.
+            memo.definitions = (definitions, found[1])
             return found[1]
         size = self.base.definitions(definitions)
         memo.definitions = (definitions, size)

@@ -230,6 +230,8 @@ def _foreign(encoded: bytes) -> tuple[int, int]:
 
 def class_tokens(text: str, chars_per_token: float, punctuation_per_token: float) -> int:
     """``CharEstimator.text``: the tokens of ``text`` by its character classes."""
+    if not text:  # no characters, no tokens: an assistant message with calls has no text
+        return 0
     encoded = text.encode("utf-8", "surrogatepass")
     classes = encoded.translate(_CLASSES)
     digits = classes.count(_DIGIT)

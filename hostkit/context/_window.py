@@ -118,7 +118,7 @@ class SessionWindow:
         # Each held group's pruned form (``pruned``) by the seq of its head, and the count.
         self.pruned_groups: dict[int, tuple[Group, Group, int]] = {}
         # The messages ``turn_id``'s last step asked with: counted, and dead once it ends
-        # (its rows come back read from the store, new objects).
+        # (its rows come back read from the store, new objects, which take their counts).
         self.asked: tuple[ModelMessage, ...] = ()
         self._turns: deque[str | None] = deque()
         self.own: list[_Row] = []
@@ -148,7 +148,8 @@ class SessionWindow:
         """Make ``history`` the window of ``turn_id``: a new turn's predecessor becomes history."""
         if turn_id == self.turn_id:
             return
-        self._forget(self.asked, ())
+        for memo in self.memos.values():
+            memo.retire(self.asked)  # its rows, read back at this turn's first step, reuse them
         self.asked = ()
         moved = self.own
         last = self.history.last_seq

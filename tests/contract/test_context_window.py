@@ -819,12 +819,46 @@ async def test_each_history_message_is_estimated_once_and_the_figures_do_not_cha
             await session.append(answer, turn_id)
             messages.append(answer)
         await manager.flush(turn_id)
-    # History rows: counted once each, however many steps and turns used them. This turn's
-    # messages: once in the turn, once more when read back as history (a new object).
-    assert all(
-        count == 1 for text, count in counting_estimator.calls.items() if text.startswith("history")
+    # History rows: counted once each, however many steps and turns used them. A turn's
+    # messages: once in the turn; read back as history (new objects), they take that count.
+    assert all(count == 1 for count in counting_estimator.calls.values()), counting_estimator.calls
+
+
+def test_a_row_read_back_takes_the_count_of_the_message_its_turn_asked_with() -> None:
+    """The rows a turn wrote come back from the store as new objects, equal to what its
+    last step asked with: they take those counts. A message equal in Python whose
+    arguments are other JSON (True or 1.0 for 1, keys in another order) is counted anew,
+    and a message with attached bytes (a row holds only their reference) is not kept."""
+    counting_estimator = Counting()
+    memo = SizeMemo(100)
+    estimate = CalibratedEstimator(counting_estimator, 1.0, memo)
+    call = ToolCall("c1", "notes_read", {"n": 1, "k": "v"})
+    data = b"attached text"
+    ref = Attachment(
+        ref=content_ref(hashlib.sha256(data).hexdigest()),
+        name="a.txt",
+        media_type="text/plain",
+        size=len(data),
     )
-    assert all(count <= 2 for count in counting_estimator.calls.values()), counting_estimator.calls
+    asked = [
+        ModelMessage("user", "ask", attachments=(AttachmentPart(ref, data),)),
+        ModelMessage("assistant", "calling", (call,)),
+        ModelMessage("tool", "result", tool_call_id="c1", name="notes_read"),
+    ]
+    sizes = [estimate.raw(message) for message in asked]
+    memo.retire(asked)
+    assert not any(id(message) in memo.messages for message in asked)
+    for arguments in ({"n": True, "k": "v"}, {"n": 1.0, "k": "v"}, {"k": "v", "n": 1}):
+        other = ModelMessage("assistant", "calling", (ToolCall("c1", "notes_read", arguments),))
+        assert other == asked[1]
+        assert estimate.raw(other) == counting_estimator.inner.message(other)
+    assert counting_estimator.calls["calling"] == 4
+    rows = [ModelMessage.from_json(m.role, m.to_json()) for m in asked]
+    assert [estimate.raw(row) for row in rows[1:]] == sizes[1:]
+    assert estimate.raw(rows[0]) == counting_estimator.inner.message(rows[0])
+    assert counting_estimator.calls == {"ask": 2, "calling": 4, "result": 1}
+    # Taken once: the rows hold the counts now, and the retired copies' text is let go.
+    assert not memo.retired
 
 
 async def test_history_over_the_window_is_estimated_once_and_its_pruning_kept(
