@@ -5,6 +5,9 @@ every query is partitioned by both in SQL, so an owner never sees another's.
 ``recall`` takes the user's words, not a query language: the SQLite adapter
 turns them into quoted FTS5 terms, so no input can become FTS5 syntax (an
 operator, a prefix ``*``, ``NEAR``, a column filter) or a syntax error.
+Both adapters match the words ``_words`` gives (each item's, kept in its
+``search_words`` column at ``remember``), so the same words find the same items
+on SQLite and on PostgreSQL in any server locale.
 On SQLite the match itself is within the owner's items (their token in an
 FTS5 column no word can address), so a recall joins and ranks the owner's
 items alone, not every owner's matches (bm25 still weighs a word by the
@@ -29,11 +32,9 @@ traced to the conversation it came from.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from itertools import islice
 from typing import TYPE_CHECKING
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
@@ -41,6 +42,7 @@ from hostkit.store._checks import check_reason, check_ref
 from hostkit.store._dialect import is_postgres
 from hostkit.store._owned import now
 from hostkit.store._sessions import insert_audit
+from hostkit.store._words import query_phrases, search_words
 
 if TYPE_CHECKING:
     from hostkit.store._row_store import RowStore
@@ -71,9 +73,6 @@ MAX_RECALL = 20
 MAX_MEMORY_LIST = 200
 # Item ids are positive 64-bit integers on both adapters.
 _MAX_ITEM_ID = 2**63 - 1
-# A longer "word" is no word anyone searches for; cutting it keeps the query small.
-_MAX_TERM_CHARS = 64
-_WORD = re.compile(r"\w+", re.UNICODE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +162,9 @@ class MemoryStore(ABC):
         ``query`` is plain text (at most ``MAX_QUERY_CHARS`` characters): its
         first ``MAX_QUERY_TERMS`` words are matched literally, punctuation and
         query-language keywords included as plain words; no words, no items.
+        Words match whatever their case and accents (``ecole`` finds ``École``);
+        punctuation separates them (``example`` finds ``bob@example.com``), and
+        a word joined by ``_`` matches its parts in order (``foo_bar``).
         ``limit`` is 1..``MAX_RECALL``.
         """
 
@@ -193,30 +195,25 @@ def _unicode(what: str, value: str) -> None:
         raise InvalidValue(f"memory {what} is not valid Unicode (lone surrogate)") from exc
 
 
-def _terms(query: str, *, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
-    """The words of ``query`` (``\\w+`` runs, each bounded), at most ``max_terms`` of them."""
-    return [m.group()[:_MAX_TERM_CHARS] for m in islice(_WORD.finditer(query), max_terms)]
-
-
 def _quoted(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
-def _fts_query(owner_token: str, terms: list[str]) -> str:
-    """An FTS5 MATCH expression: the owner's token AND any of ``terms`` in the text.
+def _fts_query(owner_token: str, phrases: list[str]) -> str:
+    """An FTS5 MATCH expression: the owner's token AND any of ``phrases`` in the words.
 
-    Words hold no quote, colon, brace, operator or parenthesis; each is still quoted
-    (``"NEAR"`` is a word, not an operator), and all of them are under the ``text``
-    column filter, so no word can reach the owner column. The token makes FTS5 walk
-    only the owner's items instead of ranking every owner's matches.
+    Words hold no quote, colon, brace, operator or parenthesis; each phrase is still
+    quoted (``"NEAR"`` is a word, not an operator), and all of them are under the
+    ``search_words`` column filter, so no word can reach the owner column. The token
+    makes FTS5 walk only the owner's items instead of ranking every owner's matches.
     """
-    words = " OR ".join(_quoted(term) for term in terms)
-    return f"owner_token : {_quoted(owner_token)} AND text : ({words})"
+    words = " OR ".join(_quoted(phrase) for phrase in phrases)
+    return f"owner_token : {_quoted(owner_token)} AND search_words : ({words})"
 
 
 _COLUMNS = ("id", "agent", "principal_id", "text", "created_at", "session_id", "turn_id")
 _ITEM_COLUMNS = ", ".join(f"m.{column}" for column in _COLUMNS)
-# Weight 0 for the owner column: only the text's words score (its token adds one to
+# Weight 0 for the owner column: only the item's words score (its token adds one to
 # every item's length, which moves no item's rank but among near-equal scores).
 _FTS_SEARCH = (
     f"SELECT {_ITEM_COLUMNS} "
@@ -231,8 +228,8 @@ _OWNER_TOKEN = (
 
 
 def _pg_search(count: int) -> str:
-    """PostgreSQL: each word is its own ``plainto_tsquery`` (never tsquery syntax), ORed."""
-    query = " || ".join(["plainto_tsquery('simple', ?)"] * count)
+    """PostgreSQL: each phrase is its own ``phraseto_tsquery`` (never tsquery syntax), ORed."""
+    query = " || ".join(["phraseto_tsquery('simple', ?)"] * count)
     return (
         f"SELECT {_ITEM_COLUMNS} "
         f"FROM memory_items m CROSS JOIN (SELECT {query} AS query) AS q "
@@ -335,8 +332,8 @@ class SqlMemoryStore(MemoryStore):
             created_at = now(raw)
             cursor = raw.execute(
                 "INSERT INTO memory_items (agent, principal_id, text, created_at, session_id, "
-                "turn_id) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-                [agent, owner, text, created_at, session_id, turn_id],
+                "turn_id, search_words) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                [agent, owner, text, created_at, session_id, turn_id, search_words(text)],
             )
             item_id = int(cursor.fetchone()[0])
             return MemoryItem(item_id, agent, owner, text, created_at, session_id, turn_id)
@@ -354,17 +351,18 @@ class SqlMemoryStore(MemoryStore):
             )
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RECALL:
             raise InvalidValue(f"limit must be an integer 1-{MAX_RECALL}")
-        terms = _terms(query)
-        if not terms:
+        phrases = query_phrases(query, MAX_QUERY_TERMS)
+        if not phrases:
             return ()
 
         def search(raw: sqlite3.Connection) -> tuple[MemoryItem, ...]:
             if is_postgres(raw):
-                return _items(raw, _pg_search(len(terms)), [*terms, agent, owner, limit])
+                return _items(raw, _pg_search(len(phrases)), [*phrases, agent, owner, limit])
             token = raw.execute(_OWNER_TOKEN, [agent, owner]).fetchone()
             if token is None:
                 return ()
-            return _items(raw, _FTS_SEARCH, [_fts_query(str(token[0]), terms), agent, owner, limit])
+            match = _fts_query(str(token[0]), phrases)
+            return _items(raw, _FTS_SEARCH, [match, agent, owner, limit])
 
         return await self._db.read(search)
 

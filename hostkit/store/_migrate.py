@@ -26,7 +26,7 @@ from hostkit._free_space import free_bytes_at
 from hostkit.errors import MigrationError
 from hostkit.store._connection import create_private
 from hostkit.store._fresh_schema import fresh_image
-from hostkit.store._schema import APPLICATION_ID, MIGRATIONS, Migration
+from hostkit.store._schema import APPLICATION_ID, MIGRATIONS, Backfill, Migration
 from hostkit.store._writer import LockWait, begin_immediate
 
 __all__ = [
@@ -367,6 +367,14 @@ def upgrade(
             conn.execute("ROLLBACK")
 
 
+def _fill(conn: sqlite3.Connection, backfill: Backfill) -> None:
+    """Run ``backfill`` over every row, a page at a time (in the upgrade's transaction)."""
+    after = 0
+    while rows := conn.execute(backfill.select, [after]).fetchall():
+        conn.executemany(backfill.update, [(backfill.compute(value), id_) for id_, value in rows])
+        after = rows[-1][0]
+
+
 def _version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
@@ -407,6 +415,8 @@ def _upgrade_locked(
                 failing = f"migration to v{step.version} ({step.name})"
                 for statement in step.statements:
                     conn.execute(statement)
+                if step.backfill is not None:
+                    _fill(conn, step.backfill)
         failing = f"committing the migration to v{latest}"
         conn.execute(f"PRAGMA user_version = {latest}")
         problems = conn.execute("PRAGMA foreign_key_check").fetchall()

@@ -31,7 +31,8 @@ import psycopg
 
 from hostkit.errors import MigrationError
 from hostkit.store._pg_connection import first_line
-from hostkit.store._schema import Migration
+from hostkit.store._pg_translate import translate
+from hostkit.store._schema import Backfill, Migration
 from hostkit.store._wait_limit import WaitLimit
 
 __all__ = ["PgMigrationReport", "upgrade"]
@@ -141,11 +142,25 @@ async def _upgrade(
         for migration in pending:
             for statement in migration.statements:
                 await conn.execute(statement.encode())
+            if migration.backfill is not None:
+                await _fill(conn, migration.backfill)
             await conn.execute(
                 "INSERT INTO hostkit_schema (version, name, applied_at) VALUES (%s, %s, %s)",
                 [migration.version, migration.name, time.time()],
             )
     return PgMigrationReport(current, pending[-1].version, taken)
+
+
+async def _fill(conn: psycopg.AsyncConnection[Any], backfill: Backfill) -> None:
+    """Run ``backfill`` over every row, a page at a time (in the upgrade's transaction)."""
+    select, update = translate(backfill.select), translate(backfill.update)
+    after = 0
+    while rows := await (await conn.execute(select, [after])).fetchall():
+        async with conn.cursor() as cursor:
+            await cursor.executemany(
+                update, [(backfill.compute(value), id_) for id_, value in rows]
+            )
+        after = rows[-1][0]
 
 
 async def _wait_for_other_upgrades(

@@ -17,7 +17,7 @@ test_store_pg_schema.py`` compares both schemas column by column.
 
 from __future__ import annotations
 
-from hostkit.store._schema import LAST_ACTIVITY, TURN_COUNT, Migration
+from hostkit.store._schema import LAST_ACTIVITY, MEMORY_SEARCH_WORDS, TURN_COUNT, Migration
 
 __all__ = ["INBOX_CHANNEL", "PG_MIGRATIONS", "PG_SCHEMA_VERSION"]
 
@@ -624,6 +624,23 @@ _V13_ATTACHMENT_REFS = Migration(
     ),
 )
 
+_V14_MEMORY_WORDS = Migration(
+    14,
+    "memory search: the words both engines match, folded once in Python",
+    (
+        # SQLite's v27 twin: the tsvector is of the item's words (``_words``), not of its
+        # text, whose emails, paths and versions the parser kept whole and whose case and
+        # accents it folded by the server's locale. The backfill's updates recompute it.
+        "ALTER TABLE memory_items ADD COLUMN search_words TEXT",
+        "DROP INDEX memory_search",
+        "ALTER TABLE memory_items DROP COLUMN search",
+        "ALTER TABLE memory_items ADD COLUMN search TSVECTOR GENERATED ALWAYS AS "
+        "(to_tsvector('simple', COALESCE(search_words, text))) STORED",
+        "CREATE INDEX memory_search ON memory_items USING GIN (search)",
+    ),
+    backfill=MEMORY_SEARCH_WORDS,
+)
+
 PG_MIGRATIONS: tuple[Migration, ...] = (
     _V1,
     _V2_APPROVAL_REVOCATIONS,
@@ -638,5 +655,6 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     _V11_SESSION_AUDIT,
     _V12_SESSION_ACTIVITY,
     _V13_ATTACHMENT_REFS,
+    _V14_MEMORY_WORDS,
 )
 PG_SCHEMA_VERSION = PG_MIGRATIONS[-1].version

@@ -7,14 +7,19 @@ database migrated forward. Later issues append their tables as new entries.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from hostkit.store._words import search_words
 
 __all__ = [
     "APPLICATION_ID",
     "LAST_ACTIVITY",
+    "MEMORY_SEARCH_WORDS",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "TURN_COUNT",
+    "Backfill",
     "Migration",
 ]
 
@@ -23,11 +28,39 @@ APPLICATION_ID = 0x686B6974
 
 
 @dataclass(frozen=True, slots=True)
+class Backfill:
+    """A column a step fills in Python for the rows already there, after its statements:
+    ``compute(source)`` of each row of ``table``, by ``id``, a page at a time. For values
+    SQL cannot compute alike on both engines (Unicode folding); a new file has no rows."""
+
+    table: str
+    source: str
+    column: str
+    compute: Callable[[str], str]
+    page: int = 500
+
+    @property
+    def select(self) -> str:
+        """The next page of rows after an id (``?``), oldest first."""
+        return (
+            f"SELECT id, {self.source} FROM {self.table} WHERE id > ? ORDER BY id LIMIT {self.page}"
+        )
+
+    @property
+    def update(self) -> str:
+        """One row's new value (``?``) by its id (``?``)."""
+        return f"UPDATE {self.table} SET {self.column} = ? WHERE id = ?"
+
+
+@dataclass(frozen=True, slots=True)
 class Migration:
     """One schema step; ``statements`` run in order inside the upgrade transaction.
 
     ``destructive``: the step drops or rewrites data. SQLite backs up before
     every upgrade anyway; PostgreSQL requires a verified ``pg_dump`` first.
+
+    ``backfill``: a column computed in Python for the existing rows once the statements
+    ran. Like ``rewrites``, not part of the statements' digest.
 
     ``rewrites``: the tables (each with its indexes) or lone indexes, named as in the
     file before the step, whose size bounds what the step writes in bulk: a rebuild's
@@ -42,6 +75,7 @@ class Migration:
     statements: tuple[str, ...]
     destructive: bool = False
     rewrites: tuple[str, ...] = ()
+    backfill: Backfill | None = None
 
 
 _V1_BASE = Migration(
@@ -1065,6 +1099,64 @@ _V26_ATTACHMENT_REFS = Migration(
     rewrites=("messages", "sqlite_autoindex_attachments_1"),
 )
 
+# Each memory item's words (``_words``), filled for the items stored before them.
+MEMORY_SEARCH_WORDS = Backfill("memory_items", "text", "search_words", search_words)
+
+_V27_MEMORY_WORDS = Migration(
+    27,
+    "memory search: the words both engines match, folded once in Python",
+    (
+        # FTS5's unicode61 and PostgreSQL's parser split and fold text differently, so a
+        # recall found different items on each. Each item now keeps its words as
+        # ``_words`` gives them (folded, space-separated), written by ``remember`` and
+        # filled for older items by the backfill; the index holds those words alone,
+        # split at the spaces (``ascii``: every non-ASCII character is part of a word).
+        # A row without them (an older Host's, still serving) is indexed by its text.
+        "ALTER TABLE memory_items ADD COLUMN search_words TEXT",
+        "DROP TRIGGER memory_items_ai",
+        "DROP TRIGGER memory_items_ad",
+        "DROP TABLE memory_fts",
+        """CREATE VIRTUAL TABLE memory_fts USING fts5(
+            owner_token, search_words, content='memory_items', content_rowid='id',
+            tokenize='ascii'
+        )""",
+        """INSERT INTO memory_fts(rowid, owner_token, search_words)
+            SELECT id, owner_token, COALESCE(search_words, text) FROM memory_items""",
+        """CREATE TRIGGER memory_items_ai AFTER INSERT ON memory_items BEGIN
+            UPDATE memory_items SET owner_token = COALESCE((
+                SELECT m.owner_token FROM memory_items m
+                WHERE m.agent = new.agent AND m.principal_id = new.principal_id
+                    AND m.id <> new.id AND m.owner_token IS NOT NULL LIMIT 1
+            ), 'o' || new.id) WHERE id = new.id;
+            INSERT INTO memory_fts(rowid, owner_token, search_words)
+                SELECT id, owner_token, COALESCE(search_words, text)
+                FROM memory_items WHERE id = new.id;
+        END""",
+        """CREATE TRIGGER memory_items_ad AFTER DELETE ON memory_items BEGIN
+            INSERT INTO memory_fts(memory_fts, rowid, owner_token, search_words)
+                VALUES ('delete', old.id, old.owner_token, COALESCE(old.search_words, old.text));
+        END""",
+        # The backfill's updates (and any later one) move the item to its new words.
+        """CREATE TRIGGER memory_items_au AFTER UPDATE OF search_words ON memory_items BEGIN
+            INSERT INTO memory_fts(memory_fts, rowid, owner_token, search_words)
+                VALUES ('delete', old.id, old.owner_token, COALESCE(old.search_words, old.text));
+            INSERT INTO memory_fts(rowid, owner_token, search_words)
+                VALUES (new.id, new.owner_token, COALESCE(new.search_words, new.text));
+        END""",
+    ),
+    # The index built from the texts, then again from the words.
+    rewrites=(
+        "memory_items",
+        "memory_fts_data",
+        "memory_fts_idx",
+        "memory_fts_docsize",
+        "memory_fts_data",
+        "memory_fts_idx",
+        "memory_fts_docsize",
+    ),
+    backfill=MEMORY_SEARCH_WORDS,
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -1092,5 +1184,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V24_OWNER_SEARCH,
     _V25_SESSION_ACTIVITY,
     _V26_ATTACHMENT_REFS,
+    _V27_MEMORY_WORDS,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -310,20 +310,79 @@ async def seed_before_owner_search(store: RuntimeStore) -> tuple[list[int], str]
     """On a store migrated to just before owner search (SQLite v23, PostgreSQL v10):
     alice's two items and bob's one, and a session's effect audit view beside a row of
     another kind. Returns the item ids and the session."""
-    memory = store.memory
-    ids = [
-        (await memory.remember(agent="assistant", owner=owner, text=text)).item_id
-        for owner, text in (
+    ids = await _insert_items(
+        store,
+        (
             ("alice", "alice likes tea"),
             ("bob", "bob likes tea"),
             ("alice", "alice drinks tea at noon"),
-        )
-    ]
+        ),
+    )
     session = await store.create_session(owner_kind="system", principal_id="suite")
     for n, kind in enumerate(("effect.probe", "turn.note")):
         detail = {"turn_id": "turn_old", "call_id": f"c{n}", "outcome": "succeeded"}
         await store.audit(kind, session_id=session, subject=f"c{n}", detail=detail)
     return ids, session
+
+
+async def _insert_items(store: RuntimeStore, items: tuple[tuple[str, str], ...]) -> list[int]:
+    """The items as a ``remember`` of a version before search words wrote them."""
+    assert isinstance(store, RowStore)
+
+    def seed(c: Any) -> list[int]:
+        return [
+            int(
+                c.execute(
+                    "INSERT INTO memory_items (agent, principal_id, text, created_at) "
+                    "VALUES ('assistant', ?, ?, '2000-01-01T00:00:00.000Z') RETURNING id",
+                    [owner, text],
+                ).fetchone()[0]
+            )
+            for owner, text in items
+        ]
+
+    return await store.write(seed)
+
+
+WORDS_ITEMS = (
+    ("alice", "email bob@example.com"),
+    ("alice", "ÉCOLE normale, python 3.11"),
+    ("bob", "café au lait at https://example.org/menu"),
+)
+
+
+async def seed_before_search_words(store: RuntimeStore) -> list[int]:
+    """On a store migrated to just before search words (SQLite v26, PostgreSQL v13):
+    items whose words each engine split or folded its own way. Returns their ids."""
+    return await _insert_items(store, WORDS_ITEMS)
+
+
+async def assert_search_words_backfilled(store: RuntimeStore, ids: list[int]) -> None:
+    """After the upgrade from ``seed_before_search_words``: every old item holds its words
+    and is found by them (and only its owner's), as a new item is."""
+    assert isinstance(store, RowStore)
+    memory = store.memory
+    kept = await store.read(
+        lambda c: c.execute("SELECT id, search_words FROM memory_items ORDER BY id").fetchall()
+    )
+    assert [tuple(row) for row in kept] == [
+        (ids[0], "email bob example com"),
+        (ids[1], "ecole normale python 3 11"),
+        (ids[2], "cafe au lait at https example org menu"),
+    ]
+
+    async def recalled(owner: str, query: str) -> list[int]:
+        found = await memory.recall(agent="assistant", owner=owner, query=query, limit=20)
+        return sorted(item.item_id for item in found)
+
+    assert await recalled("alice", "example") == [ids[0]]
+    assert await recalled("alice", "ecole 11") == [ids[1]]
+    assert await recalled("bob", "CAFE menu") == [ids[2]]
+    assert await recalled("bob", "bob") == []
+    await memory.forget(agent="assistant", owner="alice", item_id=ids[0])
+    fresh = await memory.remember(agent="assistant", owner="alice", text="École again")
+    assert await recalled("alice", "example") == []
+    assert await recalled("alice", "école") == [ids[1], fresh.item_id]
 
 
 async def assert_owner_search_backfilled(store: RuntimeStore, ids: list[int], session: str) -> None:

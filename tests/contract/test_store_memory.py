@@ -231,6 +231,72 @@ async def test_operator_words_are_searched_as_plain_words(memory: MemoryStore) -
     assert await texts(memory, "mill*") == ["meet NEAR the old mill"]
 
 
+# The items of the parity cases below, one owner's; each query finds the same items on
+# every adapter and server locale (PostgreSQL's parser kept emails, URLs, paths and
+# versions whole, and folded case and accents, or not, by the server's locale).
+PARITY_ITEMS = (
+    "email bob@example.com please",
+    "repo at https://github.com/acme/widgets now",
+    "config in /etc/hostkit/app.toml",
+    "python 3.11 installed",
+    "call +1-555-0100 today",
+    "café au lait",
+    "ÉCOLE normale",
+    "foo_bar baz",
+    "bar then foo",
+    "don't panic",
+    "well-known fact",
+    "Straße closed",
+    "東京タワー visit",
+    "Москва river",
+    "ﬁle ligature",
+    "İstanbul trip",
+)
+PARITY = [
+    ("bob", ["email bob@example.com please"]),
+    ("example", ["email bob@example.com please"]),
+    (
+        "bob@example.com",
+        ["email bob@example.com please", "repo at https://github.com/acme/widgets now"],
+    ),
+    ("acme", ["repo at https://github.com/acme/widgets now"]),
+    ("github", ["repo at https://github.com/acme/widgets now"]),
+    ("app.toml", ["config in /etc/hostkit/app.toml"]),
+    ("toml", ["config in /etc/hostkit/app.toml"]),
+    ("11", ["python 3.11 installed"]),
+    ("3.11", ["python 3.11 installed"]),
+    ("555", ["call +1-555-0100 today"]),
+    ("cafe", ["café au lait"]),
+    ("CAFÉ", ["café au lait"]),
+    ("école", ["ÉCOLE normale"]),
+    ("ecole", ["ÉCOLE normale"]),
+    ("foo_bar", ["foo_bar baz"]),
+    ("bar_foo", []),
+    ("foo", ["bar then foo", "foo_bar baz"]),
+    ("_", []),
+    ("don't", ["don't panic"]),
+    ("t", ["don't panic"]),
+    ("known", ["well-known fact"]),
+    ("well_known", ["well-known fact"]),
+    ("strasse", ["Straße closed"]),
+    ("東京タワー", ["東京タワー visit"]),
+    ("москва", ["Москва river"]),
+    ("москва".upper(), ["Москва river"]),
+    ("file", ["ﬁle ligature"]),
+    ("istanbul", ["İstanbul trip"]),
+    ("x" * 70, []),
+]
+
+
+@pytest.mark.parametrize(("query", "expected"), PARITY, ids=lambda v: repr(v)[:24])
+async def test_the_same_words_find_the_same_items_on_every_adapter(
+    memory: MemoryStore, query: str, expected: list[str]
+) -> None:
+    for text in PARITY_ITEMS:
+        await memory.remember(agent=AGENT, owner="alice", text=text)
+    assert sorted(await texts(memory, query, limit=MAX_RECALL)) == sorted(expected)
+
+
 async def test_only_the_first_words_of_a_query_are_searched(memory: MemoryStore) -> None:
     await memory.remember(agent=AGENT, owner="alice", text="needle")
     filler = " ".join(f"w{i}" for i in range(16))

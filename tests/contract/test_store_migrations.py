@@ -36,9 +36,11 @@ from tests.contract._store_adapters import (
     assert_owner_search_backfilled,
     assert_reclaim_backfilled,
     assert_refs_backfilled,
+    assert_search_words_backfilled,
     seed_attachments_before_reclaim,
     seed_attachments_before_refs,
     seed_before_owner_search,
+    seed_before_search_words,
     seed_memory_before_provenance,
 )
 from tests.support import file_bytes
@@ -773,3 +775,18 @@ async def test_v26_backfills_attachment_references_from_stored_messages(db_path:
     async with await RuntimeStore.open(db_path) as store:
         assert (store.migration.from_version, store.migration.to_version) == (25, SCHEMA_VERSION)
         await assert_refs_backfilled(store, session_id)
+
+
+@pytest.mark.sqlite_only("a v26 SQLite file built from a prefix of the SQLite migrations")
+async def test_v27_indexes_every_old_item_by_the_words_both_engines_match(db_path: Path) -> None:
+    """Items stored before v27 get their words (folded in Python, as ``remember`` now
+    writes them) and the index is of those words: an email's parts, an accent-free
+    spelling, a version's numbers find them, as on PostgreSQL."""
+    async with await RuntimeStore.open(db_path, migrations=MIGRATIONS[:26]) as store:
+        ids = await seed_before_search_words(store)
+    async with await RuntimeStore.open(db_path) as store:
+        assert (store.migration.from_version, store.migration.to_version) == (26, SCHEMA_VERSION)
+        await store.write(
+            lambda c: c.execute("INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')")
+        )
+        await assert_search_words_backfilled(store, ids)

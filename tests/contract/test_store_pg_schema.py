@@ -57,9 +57,11 @@ from tests.contract._store_adapters import (
     assert_owner_search_backfilled,
     assert_reclaim_backfilled,
     assert_refs_backfilled,
+    assert_search_words_backfilled,
     seed_attachments_before_reclaim,
     seed_attachments_before_refs,
     seed_before_owner_search,
+    seed_before_search_words,
     seed_memory_before_provenance,
 )
 from tests.postgres import HOSTKIT_TEMPLATE, PostgresCluster
@@ -825,3 +827,15 @@ async def test_v13_backfills_attachment_references_from_stored_messages(
     async with RuntimeStore.open_postgres(url) as store:
         assert store.migration == PgMigrationReport(12, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
         await assert_refs_backfilled(store, session_id)
+
+
+async def test_v14_indexes_every_old_item_by_the_words_both_engines_match(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """The twin of SQLite's v27: old items' words filled, and found by them."""
+    url = await postgres_cluster.create_database()
+    async with RuntimeStore.open_postgres(url, migrations=PG_MIGRATIONS[:13]) as store:
+        ids = await seed_before_search_words(store)
+    async with RuntimeStore.open_postgres(url) as store:
+        assert store.migration == PgMigrationReport(13, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
+        await assert_search_words_backfilled(store, ids)
