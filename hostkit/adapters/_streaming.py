@@ -38,7 +38,7 @@ import anyio
 
 from hostkit.adapters._bounds import OverBound, ResponseMeter, over_bound, refused
 from hostkit.adapters._sdk import ClientT, SdkProvider
-from hostkit.adapters._usage import token_count, unusable
+from hostkit.adapters._usage import MAX_TOKEN_COUNT, token_count, unusable
 from hostkit.errors import ProviderError
 from hostkit.providers import call_with_retries, parse_tool_arguments, to_finish_reason
 from hostkit.types import (
@@ -250,7 +250,8 @@ class Draft:
         write = self.tokens.get("cache_write", 0)
         prompt = self.tokens.get("input", 0)
         return Usage(
-            input_tokens=prompt if cache_in_input else prompt + read + write,
+            # Each part is within the bound a count is held to; so is their sum.
+            input_tokens=prompt if cache_in_input else min(prompt + read + write, MAX_TOKEN_COUNT),
             output_tokens=self.tokens.get("output", 0),
             cache_read_tokens=read,
             cache_write_tokens=write,

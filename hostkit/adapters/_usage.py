@@ -7,19 +7,16 @@ integer arrives as that integer, converted by the SDK). Counts end up summed per
 turn, compared against the context estimate and stored as 64-bit integers; a
 value that is no count either fails the turn there or quietly corrupts the
 calibration. So a count is taken only as an ``int`` (not a ``bool``) from 0 to
-``MAX_TOKEN_COUNT``;
+``MAX_TOKEN_COUNT``, the bound ``Usage`` holds every provider to;
 anything else counts as 0, and ``unusable`` says what it was, in a few words
 that never echo the value.
 """
 
 from __future__ import annotations
 
-__all__ = ["MAX_TOKEN_COUNT", "token_count", "unusable"]
+from hostkit.types import MAX_TOKEN_COUNT
 
-# Far past any window a model has (a million tokens is 2**20), and exact in a JSON reader
-# holding numbers as doubles; millions of these (a session's usage, summed by the
-# inspectors) stay inside the 64-bit integers the store keeps and sums.
-MAX_TOKEN_COUNT = 2**40
+__all__ = ["MAX_TOKEN_COUNT", "token_count", "unusable"]
 
 
 def token_count(value: object) -> int | None:

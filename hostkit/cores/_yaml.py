@@ -14,7 +14,7 @@ import yaml
 from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from hostkit.types import is_text
+from hostkit.types import is_encodable
 
 __all__ = ["MAX_YAML_NODES", "YamlProblem", "parse_yaml", "value_spans"]
 
@@ -158,7 +158,7 @@ class _Builder:
         except (ValueError, OverflowError):
             # An integer past Python's digit limit, a float or date out of range.
             raise YamlProblem("cannot read this value: out of range", line, path) from None
-        if isinstance(value, str) and value and not is_text(value, limit=len(value)):
+        if isinstance(value, str) and not is_encodable(value):
             # A "\udcff" escape: wherever the value goes (a store, a command), it cannot.
             raise YamlProblem("a lone surrogate escape is not text", line, path)
         return value

@@ -58,6 +58,7 @@ from hostkit.store._approval_values import (
     decode_view,
     encode_approval,
 )
+from hostkit.store._checks import check_cursor
 from hostkit.store._owned import (
     denial_reason,
     now,
@@ -243,6 +244,7 @@ class ApprovalStore(ABC):
         empty). A reader further behind than one page gets ``overflow``. The
         store records revocations itself where an end happens: a conversation
         moved to another session, a core's live revision moved, ``revoke``.
+        A cursor is an integer from 0 to 2**63 - 1 (else ``InvalidValue``).
         """
 
 
@@ -652,9 +654,8 @@ class SqlApprovalStore(ApprovalStore):
     async def revocations_after(self, cursor: int | None) -> RevocationPage:
         if cursor is None:
             return RevocationPage(await self._db.read(latest_revocation), ())
-        if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
-            raise InvalidValue("a revocation cursor is a non-negative integer (or None)")
-        return await self._db.read(lambda raw: revocations_after(raw, cursor))
+        after = check_cursor("a revocation cursor", cursor)
+        return await self._db.read(lambda raw: revocations_after(raw, after))
 
     async def _deny(self, scope: PrincipalScope, approval_id: str) -> NoReturn:
         """Record why an owned lookup found nothing (Host-only audit), then refuse.

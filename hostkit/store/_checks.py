@@ -15,9 +15,11 @@ from hostkit.types import finite_seconds, is_count, is_text
 __all__ = [
     "MAX_ATTEMPTS",
     "MAX_CLAIM_OWNERS",
+    "MAX_CURSOR",
     "MAX_REASON",
     "UNSTORABLE_TEXT",
     "check_count",
+    "check_cursor",
     "check_duration",
     "check_finite",
     "check_instant",
@@ -41,6 +43,9 @@ UNSTORABLE_TEXT = "text with a lone surrogate (undecodable bytes) cannot be stor
 MAX_CLAIM_OWNERS = 100
 # No policy allows more attempts than this (RetryPolicy.max_attempts, delivery's too).
 MAX_ATTEMPTS = 100
+# The largest row id or sequence number a 64-bit column (SQLite INTEGER, PostgreSQL
+# BIGINT) holds: SQLite cannot bind a larger int at all, PostgreSQL compares it as numeric.
+MAX_CURSOR = 2**63 - 1
 
 
 def check_finite(name: str, value: object) -> float:
@@ -85,8 +90,15 @@ def check_count(name: str, value: object, high: int | None = None) -> int:
     return value
 
 
+def check_cursor(name: str, value: object) -> int:
+    """A row id or sequence number to list after: an integer from 0 to ``MAX_CURSOR``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CURSOR:
+        raise InvalidValue(f"{name} must be an integer from 0 to {MAX_CURSOR}")
+    return value
+
+
 def check_ref(name: str, value: object) -> str:
-    """An id, token or owner text: non-empty, bounded, storable (no lone surrogate)."""
+    """An id, token or owner text: non-empty, bounded, storable (no NUL, no lone surrogate)."""
     if not is_text(value, limit=_MAX_REF):
         raise InvalidValue(
             f"{name} must be a non-empty string of at most {_MAX_REF} characters of valid text"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from hostkit.errors import InvalidValue
 from hostkit.store import _context_rows as rows
+from hostkit.store._checks import MAX_CURSOR
 from hostkit.store._context_values import (
     Calibration,
     CommittedSummary,
@@ -235,8 +236,8 @@ def _epoch(name: str, value: object) -> float:
 
 
 def _seq(name: str, value: object, *, least: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
-        raise InvalidValue(f"{name} must be an integer of at least {least}")
+    if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= MAX_CURSOR:
+        raise InvalidValue(f"{name} must be an integer from {least} to {MAX_CURSOR}")
     return value
 
 

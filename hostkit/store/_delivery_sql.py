@@ -37,6 +37,7 @@ from hostkit.types import (
     DeliveryStatus,
     PruneReport,
     bounded_metadata,
+    check_route,
     is_text,
 )
 
@@ -110,6 +111,7 @@ class SqlDeliveryStore(DeliveryStore):
             raise InvalidValue("a reply's route is a mapping that names its channel")
         if press and not isinstance(route.get("reply"), Mapping):
             raise InvalidValue("the answer to a press needs the press in its reply target")
+        check_route(route)
         where = bounded_metadata(route)  # bounded as a turn's captured route is
         if not isinstance(text, str) or not text.strip() or len(text) > MAX_REPLY_CHARS:
             raise InvalidValue(f"a reply's text has 1 to {MAX_REPLY_CHARS} characters")

@@ -254,7 +254,11 @@ class RuntimeStore(AsyncResource):
         after_id: int = 0,
         limit: int = 100,
     ) -> tuple[AuditRecord, ...]:
-        """Host-only audit rows, in order; requires a live operator scope."""
+        """Host-only audit rows, in order; requires a live operator scope.
+
+        ``after_id`` is an integer from 0 to 2**63 - 1 and ``kind`` text;
+        anything else is an ``InvalidValue`` on every adapter.
+        """
 
     @abstractmethod
     async def erase_session(
@@ -296,7 +300,10 @@ class RuntimeStore(AsyncResource):
         cursor: str | None = None,
         limit: int = 100,
     ) -> Page[MessageRecord]:
-        """An owned session's messages in order, after ``after_seq`` (or ``cursor``)."""
+        """An owned session's messages in order, after ``after_seq`` (or ``cursor``).
+
+        ``after_seq`` is an integer from 0 to 2**63 - 1 (else ``InvalidValue``).
+        """
 
     @abstractmethod
     async def append_message(

@@ -183,7 +183,9 @@ def map_pg_error(exc: BaseException, action: str) -> StoreError | InvalidValue:
     state = getattr(exc, "sqlstate", None) or ""
     first = first_line(exc)
     if isinstance(exc, psycopg.DataError):
-        return InvalidValue(f"PostgreSQL cannot store this value: {first}")
+        # A read's argument is compared, not stored: say which the value failed.
+        verb = "store" if action == "write" else "look up"
+        return InvalidValue(f"PostgreSQL cannot {verb} this value: {first}")
     retryable = state[:2] in _RETRYABLE_CLASSES or state in _RETRYABLE_STATES
     if isinstance(exc, psycopg.OperationalError) and not state:
         retryable = True  # the connection broke before the server answered

@@ -19,7 +19,7 @@ from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError, Sto
 from hostkit.store import _owned, _sessions
 from hostkit.store._approvals import SqlApprovalStore
 from hostkit.store._attachments import SqlAttachmentStore, attached_refs, keep_attachments
-from hostkit.store._checks import check_reason
+from hostkit.store._checks import check_cursor, check_reason, check_ref
 from hostkit.store._context import SqlContextStore
 from hostkit.store._cores_sql import SqlCoreStore
 from hostkit.store._delivery_sql import SqlDeliveryStore
@@ -281,6 +281,8 @@ class RowStore(RuntimeStore):
         """Host-only audit rows, in order; requires a live operator scope."""
         self._require_operator(scope)
         _check_limit(limit)
+        after_id = check_cursor("after_id", after_id)
+        kind = None if kind is None else check_ref("kind", kind)
         return await self.read(
             lambda raw: _sessions.read_audit(raw, kind=kind, after_id=after_id, limit=limit)
         )
@@ -361,6 +363,7 @@ class RowStore(RuntimeStore):
     ) -> Page[MessageRecord]:
         """An owned session's messages in order, starting after ``after_seq`` (or ``cursor``)."""
         _check_limit(limit)
+        after_seq = check_cursor("after_seq", after_seq)
         return await self.owned(
             scope,
             "session",

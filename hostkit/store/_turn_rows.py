@@ -61,7 +61,7 @@ from hostkit.types import (
     TurnResult,
     bounded_data,
     chat_parts,
-    is_text,
+    is_message_text,
     new_id,
 )
 
@@ -754,7 +754,7 @@ def extended_instructions(conn: sqlite3.Connection, turn_id: str, limit: int) ->
         text = json.loads(row["detail"]).get("text")
     except (TypeError, ValueError, AttributeError):
         text = None
-    if not is_text(text, limit=limit):
+    if not is_message_text(text, limit=limit):
         raise InvalidValue("the instructions this turn recorded cannot be read")
     return text
 

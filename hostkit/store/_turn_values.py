@@ -24,7 +24,8 @@ from hostkit.types import (
     TurnResult,
     bounded_metadata,
     check_key,
-    is_text,
+    check_route,
+    is_message_text,
 )
 
 __all__ = [
@@ -162,9 +163,8 @@ class TurnAdmission:
             raise InvalidValue("bootstrap must be True or False")
         if self.injected_context:
             object.__setattr__(self, "injected_context", checked_context(self.injected_context))
+        check_route(self.route)
         if self.route is not None:
-            if not isinstance(self.route, Mapping):
-                raise InvalidValue("route must be a mapping or None")
             object.__setattr__(self, "route", bounded_metadata(self.route))
         for name in ("turn_id", "request_id", "core_id", "core_revision"):
             check_id(name, getattr(self, name))
@@ -193,7 +193,7 @@ def checked_context(context: object) -> tuple[str, ...]:
     if (
         len(items) > MAX_INJECTED_CONTEXT_ITEMS
         or not all(isinstance(item, str) for item in items)
-        or any(item and not is_text(item, limit=MAX_INPUT_CHARS) for item in items)
+        or any(item and not is_message_text(item, limit=MAX_INPUT_CHARS) for item in items)
         or sum(map(len, items)) > MAX_INJECTED_CONTEXT_CHARS
     ):
         raise InvalidValue(

@@ -37,7 +37,14 @@ from hostkit.store._turn_values import (
     check_id,
     check_ttl,
 )
-from hostkit.types import ModelMessage, PrincipalScope, TurnResult, check_key, is_text
+from hostkit.types import (
+    ModelMessage,
+    PrincipalScope,
+    TurnResult,
+    check_key,
+    check_route,
+    is_message_text,
+)
 
 if TYPE_CHECKING:
     from hostkit.store._row_store import RowStore
@@ -369,7 +376,7 @@ class SqlTurnStore(TurnStore):
     async def extend_instructions(self, lease: SessionLease, *, event_seq: int, text: str) -> bool:
         _check_lease(lease)
         _check_seq(event_seq)
-        if not is_text(text, limit=MAX_EXTENDED_INSTRUCTIONS_CHARS):
+        if not is_message_text(text, limit=MAX_EXTENDED_INSTRUCTIONS_CHARS):
             raise InvalidValue(
                 "the text added to a turn's instructions must be 1-"
                 f"{MAX_EXTENDED_INSTRUCTIONS_CHARS} characters of valid text"
@@ -407,6 +414,7 @@ class SqlTurnStore(TurnStore):
         _check_lease(lease)
         _check_observed(lease, observed)
         _check_seq(event_seq)
+        check_route(route)
         if not isinstance(result, TurnResult) or result.outcome not in TERMINAL:
             raise InvalidValue("a terminal TurnResult is required")
         if final is not None and (

@@ -13,6 +13,7 @@ from hostkit.effects import PreparedEffectCatalog, Redactor
 from hostkit.store import ObservedStep, SessionLease, TranscriptEntry
 from hostkit.turns._core import PinnedCore
 from hostkit.types import (
+    MAX_TOKEN_COUNT,
     EffectSummary,
     PrincipalScope,
     ProviderUnavailable,
@@ -178,9 +179,19 @@ def capability_snapshot(core: PinnedCore) -> dict[str, object]:
 
 
 def add_usage(total: Usage, more: Usage) -> Usage:
+    """The turn's usage with one more call's; each bucket stops at ``MAX_TOKEN_COUNT``.
+
+    Only a provider reporting absurd counts reaches the bound (a million tokens is
+    2**20): its turn keeps going, and the per-call rows the store sums stay exact.
+    """
     return Usage(
-        total.input_tokens + more.input_tokens,
-        total.output_tokens + more.output_tokens,
-        total.cache_read_tokens + more.cache_read_tokens,
-        total.cache_write_tokens + more.cache_write_tokens,
+        *(
+            min(mine + theirs, MAX_TOKEN_COUNT)
+            for mine, theirs in (
+                (total.input_tokens, more.input_tokens),
+                (total.output_tokens, more.output_tokens),
+                (total.cache_read_tokens, more.cache_read_tokens),
+                (total.cache_write_tokens, more.cache_write_tokens),
+            )
+        )
     )

@@ -20,6 +20,7 @@ __all__ = [
     "encodable",
     "is_count",
     "is_encodable",
+    "is_message_text",
     "is_names",
     "is_positive",
     "is_seconds",
@@ -57,9 +58,22 @@ def is_positive(
 
 
 def is_text(value: object, *, limit: int) -> TypeGuard[str]:
-    """A ``str`` of 1 to ``limit`` characters that can be stored (no lone surrogate).
+    """A ``str`` of 1 to ``limit`` characters that every store holds as a column's value.
 
+    For a key, an id, a name or a reason: no lone surrogate (UTF-8 has no bytes
+    for one) and no NUL (PostgreSQL's text holds none, while SQLite stores and
+    finds it), so a value one adapter would store or look up is one every
+    adapter takes. Free text a message carries is ``is_message_text``.
     Asked through ``str``'s own methods: a subclass's ``__len__`` or ``encode`` may raise.
+    """
+    return is_message_text(value, limit=limit) and not str.__contains__(value, "\x00")
+
+
+def is_message_text(value: object, *, limit: int) -> TypeGuard[str]:
+    """A ``str`` of 1 to ``limit`` characters that encodes as UTF-8 (no lone surrogate).
+
+    For free text (a user's input, injected context, instructions): the store
+    keeps it inside JSON, where a NUL is an escape, so NUL is text like any other.
     """
     if not isinstance(value, str) or not 0 < str.__len__(value) <= limit:
         return False

@@ -26,7 +26,7 @@ def check_key(name: str, value: object) -> str:
 
     One check for every holder of a key, so none of them refuses what another accepted.
     """
-    if not is_text(value, limit=MAX_KEY_CHARS):  # a lone surrogate could never be stored
+    if not is_text(value, limit=MAX_KEY_CHARS):  # a NUL or lone surrogate: not every store holds it
         raise InvalidValue(
             f"{name} must be a non-empty string of at most {MAX_KEY_CHARS} characters of valid text"
         )

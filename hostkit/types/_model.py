@@ -34,6 +34,7 @@ __all__ = [
     "MAX_MODEL_ID_CHARS",
     "MAX_REQUEST_ID_CHARS",
     "MAX_RESPONSE_BYTES",
+    "MAX_TOKEN_COUNT",
     "MAX_TOOL_CALLS",
     "MAX_TOOL_NAME_CHARS",
     "FinishReason",
@@ -66,8 +67,11 @@ MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 MAX_MODEL_ID_CHARS = 200
 # The longest provider request id a response keeps (a support ticket quotes it).
 MAX_REQUEST_ID_CHARS = 128
-# The largest count a 64-bit integer column (SQLite INTEGER, PostgreSQL BIGINT) holds.
-MAX_STORED_COUNT = 2**63 - 1
+# The largest token count one usage bucket holds: far past any window a model has (a
+# million tokens is 2**20) and exact in a JSON reader holding numbers as doubles. The
+# store keeps one row per model call and sums a session's rows in 64-bit integers
+# (SQLite's SUM fails on overflow for good): 2**23 - 1 calls each at this bound fit.
+MAX_TOKEN_COUNT = 2**40
 Role = Literal["system", "user", "assistant", "tool"]
 FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "other"]
 _FINISH_REASONS: tuple[str, ...] = get_args(FinishReason)
@@ -241,8 +245,10 @@ class Usage:
     ``input_tokens`` counts every prompt token, cached ones included; the cache
     buckets are subsets of it (adapters normalize providers that report them
     separately), so estimates are always compared against ``input_tokens``.
-    Each count is an ``int`` from 0 to what a 64-bit column holds; anything
-    else is an ``InvalidValue``, whichever provider built it.
+    Each count is an ``int`` from 0 to ``MAX_TOKEN_COUNT`` (2**40); anything
+    else is an ``InvalidValue``, whichever provider built it. The bound is far
+    below what a 64-bit column holds so that a session's steps, summed by the
+    inspectors, never overflow it; a turn's total (``add_usage``) stops at it.
     """
 
     input_tokens: int = 0
@@ -251,16 +257,16 @@ class Usage:
     cache_write_tokens: int = 0
 
     def __post_init__(self) -> None:
-        # Counts are summed per turn and kept in 64-bit integer columns: a str, a float, a
-        # negative or a number past the column would fail the store or skew calibration.
+        # Counts are summed per turn and per session in 64-bit integers: a str, a float, a
+        # negative or a number past the bound would fail the store or skew calibration.
         for count in (
             self.input_tokens,
             self.output_tokens,
             self.cache_read_tokens,
             self.cache_write_tokens,
         ):
-            if not is_count(count, low=0, high=MAX_STORED_COUNT):
-                raise InvalidValue(f"token counts are integers from 0 to {MAX_STORED_COUNT}")
+            if not is_count(count, low=0, high=MAX_TOKEN_COUNT):
+                raise InvalidValue(f"token counts are integers from 0 to {MAX_TOKEN_COUNT}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from hostkit.errors import InvalidValue
 from hostkit.freeze import FrozenMap, freeze
+from hostkit.types._bounds import is_encodable
 
 __all__ = [
     "PARTIAL_KEY",
@@ -15,6 +19,7 @@ __all__ = [
     "REDACTED",
     "bounded_data",
     "bounded_metadata",
+    "check_route",
     "is_cut",
     "is_secret_field",
     "redact_secret_fields",
@@ -160,6 +165,53 @@ def _bound(value: Any, max_keys: int, max_depth: int, max_string: int, depth: in
             kept.append(f"… {len(items) - max_keys} more items")
         return kept
     return _bound(repr(value), max_keys, max_depth, max_string, depth)
+
+
+def check_route(value: Any, *, error: type[InvalidValue] = InvalidValue) -> None:
+    """Refuse (``error``, naming the field) a reply route no store can read back (None
+    is no route).
+
+    A route is kept as JSON text that the databases' own JSON functions read when
+    deliveries are claimed: PostgreSQL refuses the whole document for one NUL or
+    lone surrogate escape, SQLite for a ``NaN``; one such route failed every claim,
+    the healthy intents of every session with it. ``bounded_data`` keeps those as
+    they are and writes an integer past 64 bits as a description (another address),
+    so a route holding any of them is refused instead. Walks what ``bounded_data``
+    keeps, with the same bounds.
+    """
+    if value is not None and not isinstance(value, Mapping):
+        raise error("route must be a mapping or None")
+    problem = _route_problem(value)
+    if problem is not None:
+        raise error(f"route holds {problem}, which no store can read back")
+
+
+def _route_problem(value: Any, max_keys: int = 32, max_depth: int = 4) -> str | None:
+    """What in ``value`` no store can read back, in a few words; None when nothing."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        if str.__contains__(value, "\x00"):
+            return "a NUL character"
+        return None if is_encodable(value) else "a lone surrogate (undecodable bytes)"
+    if isinstance(value, int):
+        return None if -_MAX_INT < value < _MAX_INT else "an integer past 64 bits"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "a number that is not finite"
+    if max_depth <= 0:
+        return None  # kept as "[truncated]"
+    if isinstance(value, Mapping):
+        pairs = itertools.islice(value.items(), max_keys)
+        items: list[Any] = [part for key, item in pairs for part in (str(key), item)]
+    elif isinstance(value, list | tuple | set | frozenset):
+        items = list(itertools.islice(value, max_keys))
+    else:
+        return _route_problem(repr(value), max_keys, max_depth)
+    for item in items:
+        problem = _route_problem(item, max_keys, max_depth - 1)
+        if problem is not None:
+            return problem
+    return None
 
 
 def is_cut(value: Any, max_keys: int = 32, max_depth: int = 4, max_string: int = 512) -> bool:

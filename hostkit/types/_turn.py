@@ -9,9 +9,9 @@ from typing import Any, Literal, TypeVar
 from hostkit.errors import InvalidTurnRequest, InvalidValue, bounded
 from hostkit.freeze import FrozenMap, freeze, thaw
 from hostkit.types._attachment import MAX_TURN_ATTACHMENT_BYTES, Attachment
-from hostkit.types._bounds import is_count, is_text
-from hostkit.types._model import MAX_STORED_COUNT, Usage
-from hostkit.types._redact import bounded_metadata
+from hostkit.types._bounds import is_count, is_message_text, is_text
+from hostkit.types._model import MAX_TOKEN_COUNT, Usage
+from hostkit.types._redact import bounded_metadata, check_route
 from hostkit.types._scope import ConversationFacts, PrincipalScope
 
 _Model = TypeVar("_Model")
@@ -132,7 +132,7 @@ class TurnRequest:
             raise InvalidTurnRequest("input must be non-empty text")
         if len(self.input) > MAX_INPUT_CHARS:
             raise InvalidTurnRequest(f"input is limited to {MAX_INPUT_CHARS} characters")
-        if not is_text(self.input, limit=MAX_INPUT_CHARS):
+        if not is_message_text(self.input, limit=MAX_INPUT_CHARS):
             # Undecodable bytes (a lone surrogate): whatever stores or summarizes it fails.
             raise InvalidTurnRequest("input must be valid text (no lone surrogates)")
         if not isinstance(self.principal, ConversationFacts | PrincipalScope):
@@ -173,6 +173,8 @@ class TurnRequest:
             value = getattr(self, name)
             if not (isinstance(value, Mapping) or (name == "route" and value is None)):
                 raise InvalidTurnRequest(f"{name} must be a mapping")
+        # Kept, such a route would fail every later delivery claim (see ``check_route``).
+        check_route(self.route, error=InvalidTurnRequest)
         object.__setattr__(
             self, "route", None if self.route is None else bounded_metadata(self.route)
         )
@@ -180,7 +182,7 @@ class TurnRequest:
             raise InvalidTurnRequest("injected_context entries must be bounded, valid text")
         # Plain copies: a str subclass's own __len__ or __eq__ never runs here or later.
         context = tuple(str.__str__(item) for item in self.injected_context)
-        if any(item and not is_text(item, limit=MAX_INPUT_CHARS) for item in context):
+        if any(item and not is_message_text(item, limit=MAX_INPUT_CHARS) for item in context):
             raise InvalidTurnRequest("injected_context entries must be bounded, valid text")
         if context and (
             len(context) > MAX_INJECTED_CONTEXT_ITEMS
@@ -327,13 +329,14 @@ class TurnResult:
 
 def _stored_usage(data: Mapping[str, Any]) -> Usage:
     """A recorded result's usage. Results recorded before counts were checked may hold
-    what a provider reported as is: ``12.0`` reads as 12, ``-5`` or ``3.7`` as 0, never
-    as an error that would make the whole result unreadable."""
+    what a provider reported as is: ``12.0`` reads as 12, ``-5`` or ``3.7`` as 0, a
+    count past ``MAX_TOKEN_COUNT`` (kept before that bound) as the bound, never as an
+    error that would make the whole result unreadable."""
     counts: dict[str, Any] = {}
     for name, value in dict(data).items():
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        counts[name] = value if is_count(value, low=0, high=MAX_STORED_COUNT) else 0
+        counts[name] = min(value, MAX_TOKEN_COUNT) if is_count(value, low=0) else 0
     return Usage(**counts)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from hostkit.errors import StaleClaim
+from hostkit.errors import InvalidValue, StaleClaim
 from hostkit.store import DELIVERY_ATTEMPTS_EXHAUSTED, MAX_DELIVERY_CLAIM
 from hostkit.types import DeliveryFailure
 from tests.contract._delivery_adapters import ADAPTERS, ROUTE, open_delivery
@@ -207,3 +207,36 @@ async def test_per_channel_bounds_one_aliases_claims_and_the_next_due_of_others_
         assert await claim() == list(hooks[3:])
         counts = await sut.delivery.counts()
     assert (counts.pending, counts.sending) == (0, 8)
+
+
+# Routes the databases' JSON functions cannot read back: PostgreSQL refused a claim naming
+# the intents it holds for a NUL or a lone surrogate, SQLite for a NaN, in any session.
+UNREADABLE_ROUTES = {
+    "nul": {**ROUTE, "reply": {"thread_ts": "1.2\x00"}},
+    "nul-key": {**ROUTE, "reply": {"thread\x00ts": "1.2"}},
+    "surrogate": {**ROUTE, "reply": {"t": "\ud800"}},
+    "nan": {**ROUTE, "reply": {"n": float("nan")}},
+    "infinity": {**ROUTE, "reply": {"n": float("-inf")}},
+    "past-64-bits": {**ROUTE, "reply": {"n": 2**63}},
+}
+
+
+@pytest.mark.parametrize("route", UNREADABLE_ROUTES.values(), ids=UNREADABLE_ROUTES.keys())
+async def test_a_route_no_store_reads_back_is_refused_and_claims_go_on(
+    adapter: str, tmp_path: Path, route: dict[str, Any]
+) -> None:
+    async with open_delivery(adapter, tmp_path) as sut:
+        first = await sut.seed(1)
+        with pytest.raises(InvalidValue, match="route holds"):
+            await sut.seed(1, route=route)
+        second = await sut.seed(1)
+        # What DeliveryRuntime passes whenever a send is in flight.
+        claimed = await sut.delivery.claim(
+            owner="suite",
+            limit=10,
+            lease_s=30.0,
+            max_attempts=3,
+            now=sut.later(),
+            holding=["dlv_in_flight"],
+        )
+    assert [c.intent.intent_id for c in claimed] == [*first, *second]

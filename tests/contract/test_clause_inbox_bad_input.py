@@ -188,3 +188,37 @@ async def test_a_failure_message_with_a_nul_is_recorded(adapter: str, tmp_path: 
         assert decision.disposition == "dead_lettered"
         (record,) = await sut.inbox.records()
         assert (record.state, record.failure_message) == ("dead_lettered", "it broke: \ufffd here")
+
+
+async def test_a_nul_in_any_text_argument_is_refused_alike(adapter: str, tmp_path: Path) -> None:
+    # PostgreSQL's text holds no NUL: it refused these (a raw "cannot store" even on a
+    # read) where SQLite and the in-memory inbox answered, so the checks refuse it first.
+    nul = "x\x00y"
+    async with open_inbox(adapter, tmp_path, policy=POLICY) as sut:
+        await sut.inbox.accept(envelope("evt-1"))
+        claimed = await sut.inbox.claim()
+        assert claimed is not None
+        before = await snapshot(sut)
+        store, now = sut.store, sut.clock.now
+        inbound, token = claimed.inbound_id, claimed.claim_token
+        calls: list[Callable[[], Awaitable[Any]]] = [
+            lambda: store.claim(owner=nul, now=now, lease_s=30.0, limit=5, max_attempts=3),
+            lambda: store.claimed_owners(after=nul),
+            lambda: store.expire_claims([nul], now=now),
+            lambda: store.bring_forward([nul], due_at=now, now=now),
+            lambda: store.requeue(nul, reason="fixed", actor="operator:ops", now=now),
+            lambda: store.requeue(inbound, reason="fix\x00ed", actor="operator:ops", now=now),
+            lambda: store.requeue(inbound, reason="fixed", actor=nul, now=now),
+            lambda: store.record(nul),
+            lambda: store.records(channel_instance_id=nul),
+            lambda: store.checkpoint(nul),
+            lambda: store.reserve_turn(nul, token, now=now),
+            lambda: store.reserve_turn(inbound, nul, now=now),
+            lambda: store.extend(inbound, nul, now=now, lease_s=10.0),
+            lambda: store.release(inbound, nul, now=now),
+        ]
+        for index, call in enumerate(calls):
+            with pytest.raises(InvalidValue) as refused:
+                await call()
+            assert "PostgreSQL" not in str(refused.value), f"store call {index}"
+            assert await snapshot(sut) == before, f"store call {index} changed the inbox"

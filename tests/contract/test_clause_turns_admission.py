@@ -38,6 +38,19 @@ FACTS = ConversationFacts(channel="test", conversation_key="c1", principal_key="
         {"core_id": "x" * 1000},
         {"session": "somewhere"},
         {"continues": ""},
+        # PostgreSQL's text holds no NUL: refused alike on every store, not by one of them.
+        {"request_id": "r\x001"},
+        {"core_id": "assistant\x00"},
+        {"core_revision": "rev\x00"},
+        {"continues": "apr\x00"},
+        # Routes a delivery claim could not read back (see the delivery store clause).
+        {"route": {"channel": "slack.main", "reply": {"ts": "1.2\x00"}}},
+        {"route": {"channel": "slack.main", "reply\x00": {"ts": "1.2"}}},
+        {"route": {"channel": "slack.main", "reply": {"ts": "\udcff"}}},
+        {"route": {"channel": "slack.main", "reply": {"n": float("nan")}}},
+        {"route": {"channel": "slack.main", "reply": {"n": float("inf")}}},
+        {"route": {"channel": "slack.main", "reply": {"n": [-(2**64)]}}},
+        {"route": "slack.main"},
     ],
 )
 def test_request_validation_failures_are_turn_rejected(fields: dict[str, object]) -> None:
@@ -47,6 +60,22 @@ def test_request_validation_failures_are_turn_rejected(fields: dict[str, object]
     assert isinstance(caught.value, TurnRejected)
     assert isinstance(caught.value, InvalidValue)  # callers catching bad values still do
     assert len(str(caught.value)) <= 520
+    if "route" in fields:
+        assert str(caught.value).startswith("turn rejected: route ")
+
+
+@pytest.mark.parametrize("field", ["conversation_key", "principal_key"])
+def test_a_key_holding_a_nul_is_refused(field: str) -> None:
+    keys = {"conversation_key": "c1", "principal_key": "alice", field: "a\x00b"}
+    with pytest.raises(InvalidValue, match=field):
+        ConversationFacts(channel="test", **keys)
+
+
+async def test_input_and_context_holding_a_nul_are_text_like_any_other(tmp_path: Path) -> None:
+    # Free text is kept inside JSON, where a NUL is an escape: refused, it would be lost.
+    async with open_host(tmp_path, ScriptedModel([Reply("ok")])) as host:
+        result = await host.turns.run(request("hi\x00there", injected_context=("note\x00 one",)))
+    assert result.outcome == "completed", result.error
 
 
 async def test_a_request_id_reused_with_different_input_is_a_conflict(tmp_path: Path) -> None:

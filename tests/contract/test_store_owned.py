@@ -229,6 +229,35 @@ async def test_bad_cursor_is_a_typed_error(store: RuntimeStore, operator: Princi
         await store.list_sessions(operator, cursor="not-a-cursor")
 
 
+@pytest.mark.parametrize("after", [-1, 2**63, 2**64, True, "0", 0.5])
+async def test_an_id_cursor_past_a_64_bit_column_is_refused_alike(
+    store: RuntimeStore, operator: PrincipalScope, after: object
+) -> None:
+    # SQLite cannot bind an int past 64 bits (a raw OverflowError) where PostgreSQL
+    # compared it as numeric and answered: both refuse it before the query.
+    with pytest.raises(InvalidValue, match="after_id"):
+        await store.read_audit(operator, after_id=after)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValue, match="after_seq"):
+        await store.list_messages(operator, "ses_x", after_seq=after)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", [7, "", "a\x00b"], ids=["int", "empty", "nul"])
+async def test_an_audit_kind_that_is_no_text_is_refused_alike(
+    store: RuntimeStore, operator: PrincipalScope, kind: object
+) -> None:
+    # SQLite answered () where PostgreSQL failed the read (text = integer, NUL in text).
+    with pytest.raises(InvalidValue, match="kind") as refused:
+        await store.read_audit(operator, kind=kind)  # type: ignore[arg-type]
+    assert "PostgreSQL" not in str(refused.value)
+
+
+async def test_the_largest_id_cursor_reads_past_every_row(
+    store: RuntimeStore, operator: PrincipalScope
+) -> None:
+    assert await store.read_audit(operator, after_id=2**63 - 1) == ()
+    assert await store.read_audit(operator, after_id=0)
+
+
 def _plan(path: Path, sql: str, params: list[object]) -> str:
     conn = sqlite3.connect(str(path))
     try:

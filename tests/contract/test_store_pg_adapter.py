@@ -771,6 +771,21 @@ async def test_text_with_nul_is_invalid_value_and_nothing_of_the_write_is_kept(
         assert await store.owner_facts(session_id) is not None
 
 
+async def test_a_value_a_read_cannot_look_up_is_not_said_to_be_stored(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    def look_up_nul(conn: sqlite3.Connection) -> object:
+        return conn.execute(
+            "SELECT count(*) FROM inbox_channels WHERE channel_instance_id = ?", ["a\x00b"]
+        ).fetchone()
+
+    async with RuntimeStore.open_postgres(await database(postgres_cluster)) as store:
+        with pytest.raises(InvalidValue) as refused:
+            await store.read(look_up_nul)  # type: ignore[attr-defined]
+    assert str(refused.value).startswith("PostgreSQL cannot look up this value: ")
+    assert "NUL" in str(refused.value)
+
+
 # -- closed ------------------------------------------------------------------------
 
 

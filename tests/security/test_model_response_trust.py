@@ -28,6 +28,7 @@ from hostkit.turns import TurnEvent
 from hostkit.types import (
     MAX_MODEL_ID_CHARS,
     MAX_REQUEST_ID_CHARS,
+    MAX_TOKEN_COUNT,
     UNKNOWN_EFFECT,
     ModelResponse,
     Usage,
@@ -210,8 +211,17 @@ async def test_a_tool_name_no_tool_has_is_recorded_as_unknown_and_masked_in_its_
 
 @pytest.mark.parametrize(
     "count",
-    ["12", 1.0, -1, 2**63, True, None],
-    ids=["str", "float", "negative", "past-64-bits", "bool", "none"],
+    ["12", 1.0, -1, MAX_TOKEN_COUNT + 1, 2**62 + 5, 2**63, True, None],
+    ids=[
+        "str",
+        "float",
+        "negative",
+        "past-the-bound",
+        "near-64-bits",
+        "past-64-bits",
+        "bool",
+        "none",
+    ],
 )
 def test_any_provider_building_usage_that_is_no_count_gets_a_typed_error(count: object) -> None:
     # The backstop for providers that are no hostkit adapter: the value refuses itself.
@@ -220,9 +230,11 @@ def test_any_provider_building_usage_that_is_no_count_gets_a_typed_error(count: 
             Usage(**{field: count})  # type: ignore[arg-type]
 
 
-def test_usage_up_to_what_the_store_holds_is_kept() -> None:
-    largest = 2**63 - 1
+def test_usage_up_to_the_bound_is_kept() -> None:
+    # The bound keeps a session's per-call rows summable in 64 bits (2**23 - 1 calls at it).
+    largest = MAX_TOKEN_COUNT
     assert Usage(largest, largest, largest, largest).input_tokens == largest
+    assert largest * (2**23 - 1) <= 2**63 - 1
 
 
 # A model id and a response id as a hostile (or broken) server may choose them: a title
