@@ -127,10 +127,8 @@ test-fast: install bytecode
 # saves each the import of the CLI.
 # Tests one at a time with work stealing (a few long files no longer leave a worker idle at
 # the end); notebooks on two workers, one file each (a notebook's cells share one kernel, in
-# order). The type checker is single-threaded, so it runs beside them. The two kernels' runs
-# go side by side: their kernels wait on the cells' model calls and processes much of the
-# time (one after the other 104 s, side by side 58 s, on a loaded machine). CI stays under
-# 15 minutes on 2 cores.
+# order). The type checker is single-threaded, so it runs beside them. CI stays under 15
+# minutes on 2 cores.
 # HOSTKIT_REQUIRE (tests/parts.py): a system part named there fails its tests when missing
 # instead of skipping them. `installed` names each part a target above installed or found:
 # PostgreSQL's server binaries, bwrap, the local extra (whose GGUF $(STAMP) pulled); the
@@ -146,14 +144,9 @@ test: $(OLDEST_SPEC) bytecode
 	    --ignore=tests/browser tests; tests=$$?; \
 	wait $$typing; typed=$$?; echo '$(BIN)/mypy'; cat .mypy-report; rm -f .mypy-report; \
 	test $$tests = 0 && test $$typed = 0
-	@echo 'notebooks on the pinned and the oldest ipykernel, side by side'; \
-	$(BIN)/python -m pytest -p no:cacheprovider $(NBVAL) -n 2 --dist loadfile notebooks \
-	    > .nbval-pinned 2>&1 & pinned=$$!; \
+	$(BIN)/python -m pytest $(NBVAL) -n 2 --dist loadfile notebooks
 	JUPYTER_PATH='$(KERNELS)' $(BIN)/python -m pytest -p no:cacheprovider $(NBVAL) -n 2 \
-	    --dist loadfile --nbval-kernel-name hostkit-oldest notebooks; oldest=$$?; \
-	wait $$pinned; pinned=$$?; echo 'the pinned ipykernel $(PINNED_IPYKERNEL):'; \
-	cat .nbval-pinned; rm -f .nbval-pinned; \
-	test $$pinned = 0 && test $$oldest = 0
+	    --dist loadfile --nbval-kernel-name hostkit-oldest notebooks
 
 # Opt-in: JupyterLab on loopback, Debian's chromium driven by Playwright, a real click on
 # 02-approvals' Approve button; prints the click-to-resume latency (.hostkit-browser/). Then

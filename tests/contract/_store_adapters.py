@@ -265,25 +265,14 @@ async def assert_refs_backfilled(store: RuntimeStore, session_id: str) -> None:
 async def seed_memory_before_provenance(store: RuntimeStore) -> list[int]:
     """On a store migrated to just before memory provenance: alice's two items and bob's
     one, as that version's ``remember`` wrote them. Returns their ids."""
-    assert isinstance(store, RowStore)
-
-    def seed(c: Any) -> list[int]:
-        return [
-            int(
-                c.execute(
-                    "INSERT INTO memory_items (agent, principal_id, text, created_at) "
-                    "VALUES ('assistant', ?, ?, '2000-01-01T00:00:00.000Z') RETURNING id",
-                    [owner, text],
-                ).fetchone()[0]
-            )
-            for owner, text in (
-                ("alice", "alice likes tea"),
-                ("bob", "bob likes tea"),
-                ("alice", "alice planted this"),
-            )
-        ]
-
-    return await store.write(seed)
+    return await _insert_items(
+        store,
+        (
+            ("alice", "alice likes tea"),
+            ("bob", "bob likes tea"),
+            ("alice", "alice planted this"),
+        ),
+    )
 
 
 async def assert_memory_kept_untraced(store: RuntimeStore, ids: list[int]) -> None:
@@ -326,7 +315,8 @@ async def seed_before_owner_search(store: RuntimeStore) -> tuple[list[int], str]
 
 
 async def _insert_items(store: RuntimeStore, items: tuple[tuple[str, str], ...]) -> list[int]:
-    """The items as a ``remember`` of a version before search words wrote them."""
+    """The items as a ``remember`` of a version before provenance or search words wrote
+    them (no session, turn or words)."""
     assert isinstance(store, RowStore)
 
     def seed(c: Any) -> list[int]:
