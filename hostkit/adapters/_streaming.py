@@ -38,11 +38,12 @@ import anyio
 
 from hostkit.adapters._bounds import OverBound, ResponseMeter, over_bound, refused
 from hostkit.adapters._sdk import ClientT, SdkProvider
-from hostkit.adapters._usage import MAX_TOKEN_COUNT, token_count, unusable
+from hostkit.adapters._usage import token_count, unusable
 from hostkit.errors import ProviderError
 from hostkit.providers import call_with_retries, parse_tool_arguments, to_finish_reason
 from hostkit.types import (
     MAX_CALL_ID_CHARS,
+    MAX_TOKEN_COUNT,
     ModelRequest,
     ModelResponse,
     StreamEvent,

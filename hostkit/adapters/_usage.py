@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from hostkit.types import MAX_TOKEN_COUNT
 
-__all__ = ["MAX_TOKEN_COUNT", "token_count", "unusable"]
+__all__ = ["token_count", "unusable"]
 
 
 def token_count(value: object) -> int | None:

@@ -6,7 +6,6 @@ messages, which is what makes ``prepare()`` deterministic and testable.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
@@ -14,8 +13,7 @@ from dataclasses import dataclass, replace
 from itertools import chain
 from typing import TypeVar
 
-from hostkit.context._estimate import Estimator
-from hostkit.freeze import thaw
+from hostkit.context._estimate import Estimator, arguments_text
 from hostkit.types import LayerSummary, ModelMessage, ToolDefinition
 
 __all__ = [
@@ -163,7 +161,7 @@ def _same_message(counted: ModelMessage, other: ModelMessage) -> bool:
     arguments are the same JSON text (1, 1.0 and True are equal in Python, not in a
     request, nor are two orders of the same keys)."""
     return counted == other and all(
-        json.dumps(thaw(a.arguments)) == json.dumps(thaw(b.arguments))
+        arguments_text(a) == arguments_text(b)
         for a, b in zip(counted.tool_calls, other.tool_calls, strict=True)
     )
 

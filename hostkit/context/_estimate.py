@@ -22,6 +22,7 @@ from hostkit.freeze import thaw
 from hostkit.types import (
     AttachmentPart,
     ModelMessage,
+    ToolCall,
     ToolDefinition,
     is_count,
     is_positive,
@@ -40,6 +41,7 @@ __all__ = [
     "Estimator",
     "EstimatorRegistry",
     "TokenizerEstimator",
+    "arguments_text",
 ]
 
 # Role markers and separators a chat format adds around a message: ChatML spends five
@@ -394,9 +396,7 @@ def _message(
         size += _id_tokens(message.tool_call_id)
     for call in message.tool_calls if calls else ():
         # OpenAI-compatible APIs send each call's id (up to 128 characters) with it.
-        size += (
-            _id_tokens(call.call_id) + count(call.name) + count(json.dumps(thaw(call.arguments)))
-        )
+        size += _id_tokens(call.call_id) + count(call.name) + count(arguments_text(call))
     for part in message.attachments:
         size += _attachment(count, part)
     return size
@@ -431,3 +431,9 @@ def _definitions(
         for d in definitions
     ]
     return count(json.dumps(payload)) + overhead * len(definitions)
+
+
+def arguments_text(call: ToolCall) -> str:
+    """The text a call's arguments are counted as (JSON, ASCII-escaped): calls whose texts
+    are equal count the same, whatever Python says of their values (``1 == 1.0 == True``)."""
+    return json.dumps(thaw(call.arguments))

@@ -11,12 +11,11 @@ last one, not what the window holds. What leaves the window leaves its memos.
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Iterable, Sequence
 
 from hostkit.context._assemble import Group, Head, History, SizeMemo, prune_group
-from hostkit.freeze import thaw
+from hostkit.context._estimate import arguments_text
 from hostkit.store import Calibration, ContextState
 from hostkit.types import ModelMessage
 
@@ -54,7 +53,7 @@ def _held_chars(message: ModelMessage) -> int:
     size = _MESSAGE_OVERHEAD + _text_bytes(message.content)
     for call in message.tool_calls:
         # ASCII-escaped JSON: a character outside ASCII counts six, above what it takes.
-        size += _text_bytes(call.name) + len(json.dumps(thaw(call.arguments)))
+        size += _text_bytes(call.name) + len(arguments_text(call))
     for part in message.attachments:
         size += _MESSAGE_OVERHEAD + (len(part.data) if part.data is not None else 0)
     return size

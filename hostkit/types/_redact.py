@@ -33,6 +33,8 @@ PARTIAL_NOTE = (
 )
 # Integers past 64 bits are kept as a short description, not their digits.
 _MAX_INT = 2**63
+# What ``bounded_data`` keeps by default: keys per level, levels, characters per string.
+_MAX_KEYS, _MAX_DEPTH, _MAX_STRING = 32, 4, 512
 _SECRET_FIELD = re.compile(
     r"(?i)(pass(word|wd)?|secret|token|api[_-]?key|authorization|cookie|credential|private[_-]?key|proof)"
 )
@@ -101,9 +103,9 @@ def _redact_fields(value: Any, *, inside: bool) -> Any:
 def bounded_metadata(
     value: Mapping[str, Any] | None,
     *,
-    max_keys: int = 32,
-    max_depth: int = 4,
-    max_string: int = 512,
+    max_keys: int = _MAX_KEYS,
+    max_depth: int = _MAX_DEPTH,
+    max_string: int = _MAX_STRING,
 ) -> FrozenMap:
     """Freeze ``value`` after redacting secret-named fields and bounding its size.
 
@@ -116,7 +118,10 @@ def bounded_metadata(
 
 
 def bounded_data(
-    value: Mapping[str, Any] | None, max_keys: int = 32, max_depth: int = 4, max_string: int = 512
+    value: Mapping[str, Any] | None,
+    max_keys: int = _MAX_KEYS,
+    max_depth: int = _MAX_DEPTH,
+    max_string: int = _MAX_STRING,
 ) -> dict[str, Any]:
     """What ``bounded_metadata`` freezes, as plain JSON data (dicts, lists, scalars).
 
@@ -186,7 +191,9 @@ def check_route(value: Any, *, error: type[InvalidValue] = InvalidValue) -> None
         raise error(f"route holds {problem}, which no store can read back")
 
 
-def _route_problem(value: Any, max_keys: int = 32, max_depth: int = 4) -> str | None:
+def _route_problem(
+    value: Any, max_keys: int = _MAX_KEYS, max_depth: int = _MAX_DEPTH
+) -> str | None:
     """What in ``value`` no store can read back, in a few words; None when nothing."""
     if value is None or isinstance(value, bool):
         return None
@@ -214,7 +221,12 @@ def _route_problem(value: Any, max_keys: int = 32, max_depth: int = 4) -> str | 
     return None
 
 
-def is_cut(value: Any, max_keys: int = 32, max_depth: int = 4, max_string: int = 512) -> bool:
+def is_cut(
+    value: Any,
+    max_keys: int = _MAX_KEYS,
+    max_depth: int = _MAX_DEPTH,
+    max_string: int = _MAX_STRING,
+) -> bool:
     """Whether ``bounded_data`` with these bounds would leave part of ``value`` out."""
     if isinstance(value, str):
         return len(value) > max_string

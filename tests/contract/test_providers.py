@@ -34,13 +34,13 @@ from typing import Any, get_args
 import anyio
 import pytest
 
-from hostkit.adapters._usage import MAX_TOKEN_COUNT
 from hostkit.adapters._wire import _DECODED, MAX_EVENT_BYTES, MAX_WIRE_BYTES
 from hostkit.adapters.local_llama import LocalModel
 from hostkit.errors import MAX_RETRY_AFTER_S, MESSAGE_LIMIT, ContextOverflow, ProviderError
 from hostkit.freeze import FrozenMap
 from hostkit.providers import ModelProvider
 from hostkit.types import (
+    MAX_TOKEN_COUNT,
     FinishReason,
     MalformedArguments,
     ModelLimits,
