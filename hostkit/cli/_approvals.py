@@ -65,6 +65,10 @@ def list_approvals(
     reason: Reason = None,
     all_: Annotated[bool, typer.Option("--all", help="every status, not only open ones")] = False,
     limit: Annotated[int, typer.Option(min=1, max=MAX_LIST)] = 50,
+    before: Annotated[
+        int | None,
+        typer.Option(min=1, help="only approvals older than this (the next page; listed)"),
+    ] = None,
     json_: JsonOption = False,
     operator: Operator = "cli",
     config: ConfigOption = None,
@@ -75,7 +79,9 @@ def list_approvals(
         async with operator_host(config, operator, reason, reads_only=True) as (host, scope):
             # Open: pending, or answered and not run yet (its hint says: resume), selected
             # by the store, so no number of closed ones can push an open one off the page.
-            rows = await approval_rows(host, scope, status=None if all_ else "open", limit=limit)
+            rows = await approval_rows(
+                host, scope, status=None if all_ else "open", limit=limit, before=before
+            )
             if json_:
                 print_json(rows)
                 return
@@ -88,8 +94,11 @@ def list_approvals(
                 out.print(hint, highlight=False, markup=False, soft_wrap=True)
             for hint in resume_hints(rows.approvals, config=config, agents=host.config.agents):
                 out.print(hint, highlight=False, markup=False, soft_wrap=True)
-            if rows.truncated:
-                console.print(f"(the {limit} newest; --limit shows more)", highlight=False)
+            if rows.next_before is not None:
+                console.print(
+                    f"(the {limit} newest; --before {rows.next_before} shows older ones)",
+                    highlight=False,
+                )
 
     run_command(main)
 

@@ -62,6 +62,10 @@ def list_sessions(
     ctx: typer.Context,
     reason: Reason = None,
     limit: Annotated[int, typer.Option(min=1, max=499)] = _LIMIT,
+    before: Annotated[
+        str | None,
+        typer.Option(help="only sessions less recently active than this (the next page; listed)"),
+    ] = None,
     json_: JsonOption = False,
     operator: Operator = "cli",
     config: ConfigOption = None,
@@ -73,14 +77,14 @@ def list_sessions(
     if ctx.invoked_subcommand is not None:
         # Said before the subcommand, these are its: a config or operator given there and
         # dropped would erase another project's session, or audit the wrong operator.
-        if limit != _LIMIT or json_:
-            raise fail(InvalidValue("--limit and --json list sessions; erase takes neither"))
+        if limit != _LIMIT or before is not None or json_:
+            raise fail(InvalidValue("--limit, --before and --json list sessions; erase takes none"))
         ctx.obj = _Given(config=config, operator=operator, reason=reason)
         return
 
     async def main() -> None:
         async with operator_host(config, operator, reason, reads_only=True) as (host, scope):
-            rows = await activity_rows(host, scope, limit=limit)
+            rows = await activity_rows(host, scope, limit=limit, before=before)
             if json_:
                 print_json(rows)
                 return
@@ -92,8 +96,11 @@ def list_sessions(
             out.print(sessions_table(rows.sessions, width=out.width))
             if (note := sessions_note(rows.sessions)) is not None:
                 console.print(note, highlight=False)
-            if rows.truncated:
-                console.print(f"(the {limit} most recent; --limit shows more)", highlight=False)
+            if rows.next_before is not None:
+                console.print(
+                    f"(the {limit} most recent; --before {rows.next_before} shows older ones)",
+                    highlight=False,
+                )
 
     run_command(main)
 

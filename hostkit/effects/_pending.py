@@ -97,11 +97,17 @@ class ApprovalLedger:
         return await self._store.approvals.get(scope, approval_id)
 
     async def page(
-        self, scope: PrincipalScope, *, status: ApprovalFilter | None, limit: int
+        self,
+        scope: PrincipalScope,
+        *,
+        status: ApprovalFilter | None,
+        limit: int,
+        before: int | None = None,
     ) -> ApprovalPage:
         """The scope's newest approvals (``status=None``: every status; ``"open"``: those
-        whose call can still run), and whether older ones were left out."""
-        return await self._store.approvals.page(scope, status=status, limit=limit)
+        whose call can still run) recorded before ``before``, and whether older ones were
+        left out."""
+        return await self._store.approvals.page(scope, status=status, limit=limit, before=before)
 
     async def answer(
         self,

@@ -108,14 +108,16 @@ class HostApprovals:
         *,
         status: ApprovalFilter | None = "pending",
         limit: int = 50,
+        before: int | None = None,
     ) -> ApprovalPage:
-        """As ``list``, and whether older approvals were left out (``truncated``)."""
+        """As ``list``, and whether older approvals were left out (``truncated``); pass the
+        page's ``next_before`` as ``before`` to list them."""
         self._verify(scope)
         if not is_count(limit, high=MAX_LIST):
             raise InvalidValue(f"limit must be an integer from 1 to {MAX_LIST}")
         if status is not None:
             status = _text("status", status)  # type: ignore[assignment]  # the store checks it
-        return await self._ledger.page(scope, status=status, limit=limit)
+        return await self._ledger.page(scope, status=status, limit=limit, before=before)
 
     async def get(self, scope: PrincipalScope, approval_id: str) -> PendingApproval:
         """One owned approval; ``NotFoundOrUnauthorized`` for missing and foreign ids alike."""

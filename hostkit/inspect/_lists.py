@@ -44,17 +44,23 @@ async def session_rows(source: Source, scope: PrincipalScope, *, limit: int = 50
 
 @dataclass(frozen=True, slots=True)
 class ActivityRows:
-    """The scope's sessions, most recent activity first, with their agent, turns and outcome."""
+    """The scope's sessions, most recent activity first, with their agent, turns and outcome;
+    ``truncated`` when less recent ones were left out, and then ``next_before``: the
+    ``before`` that lists them."""
 
     sessions: tuple[SessionActivity, ...]
     truncated: bool
+    next_before: str | None = None
 
 
-async def activity_rows(source: Source, scope: PrincipalScope, *, limit: int = 50) -> ActivityRows:
-    """Through the store's owner-checked ``inspect.recent_sessions`` (``limit`` 1..499)."""
+async def activity_rows(
+    source: Source, scope: PrincipalScope, *, limit: int = 50, before: str | None = None
+) -> ActivityRows:
+    """Through the store's owner-checked ``inspect.session_page`` (``limit`` 1..499), from
+    ``before`` (a page's ``next_before``) on."""
     bounded("limit", limit, 499)
-    found = await store_of(source).inspect.recent_sessions(scope, limit=limit + 1)
-    return ActivityRows(found[:limit], len(found) > limit)
+    page = await store_of(source).inspect.session_page(scope, cursor=before, limit=limit)
+    return ActivityRows(page.items, page.next_cursor is not None, page.next_cursor)
 
 
 async def latest_session(source: Source, scope: PrincipalScope) -> str | None:
@@ -66,11 +72,13 @@ async def latest_session(source: Source, scope: PrincipalScope) -> str | None:
 @dataclass(frozen=True, slots=True)
 class ApprovalRows:
     """Approvals newest first with their redacted views (``status`` None: every status;
-    ``"open"``: those whose call can still run); ``truncated`` when older ones were left out."""
+    ``"open"``: those whose call can still run); ``truncated`` when older ones were left out,
+    and then ``next_before``: the ``before`` that lists them."""
 
     approvals: tuple[PendingApproval, ...]
     status: ApprovalFilter | None
     truncated: bool
+    next_before: int | None = None
 
 
 async def approval_rows(
@@ -79,8 +87,10 @@ async def approval_rows(
     *,
     status: ApprovalFilter | None = "pending",
     limit: int = 50,
+    before: int | None = None,
 ) -> ApprovalRows:
-    """Through ``host.approvals.page`` (owner-checked; ``limit`` 1..``MAX_APPROVALS``)."""
+    """Through ``host.approvals.page`` (owner-checked; ``limit`` 1..``MAX_APPROVALS``), from
+    ``before`` (a page's ``next_before``) on."""
     bounded("limit", limit, MAX_APPROVALS)
-    found = await host.approvals.page(scope, status=status, limit=limit)
-    return ApprovalRows(found.approvals, status, found.truncated)
+    found = await host.approvals.page(scope, status=status, limit=limit, before=before)
+    return ApprovalRows(found.approvals, status, found.truncated, found.next_before)

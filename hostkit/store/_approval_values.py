@@ -121,10 +121,12 @@ class PendingApproval:
 @dataclass(frozen=True, slots=True)
 class ApprovalPage:
     """One listing of approvals, newest first; ``truncated`` when older ones were left out
-    (a reader who is not told would take the page for all there is)."""
+    (a reader who is not told would take the page for all there is), and then
+    ``next_before``: what ``page(before=...)`` takes to list them."""
 
     approvals: tuple[PendingApproval, ...]
     truncated: bool
+    next_before: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -131,7 +131,12 @@ class ApprovalStore(ABC):
 
     @abstractmethod
     async def page(
-        self, scope: PrincipalScope, *, status: ApprovalFilter | None = "pending", limit: int = 50
+        self,
+        scope: PrincipalScope,
+        *,
+        status: ApprovalFilter | None = "pending",
+        limit: int = 50,
+        before: int | None = None,
     ) -> ApprovalPage:
         """The scope's newest ``limit`` approvals of ``status``, newest first, and whether
         older ones were left out.
@@ -139,7 +144,10 @@ class ApprovalStore(ABC):
         ``status=None`` lists every status; ``"open"`` the approvals whose call can
         still run (pending, or answered and not yet claimed by a continuation turn),
         selected in the statement, so closed ones never take an open one's place.
-        ``limit`` is 1..``MAX_APPROVAL_LIST`` (else ``InvalidValue``).
+        ``limit`` is 1..``MAX_APPROVAL_LIST`` (else ``InvalidValue``). ``before`` (the
+        page's ``next_before``) lists the approvals recorded before that one: the
+        next page, which approvals recorded since never shift. It is an integer
+        from 0 to 2**63 - 1 (else ``InvalidValue``).
         """
 
     @abstractmethod
@@ -394,7 +402,12 @@ class SqlApprovalStore(ApprovalStore):
         return found
 
     async def page(
-        self, scope: PrincipalScope, *, status: ApprovalFilter | None = "pending", limit: int = 50
+        self,
+        scope: PrincipalScope,
+        *,
+        status: ApprovalFilter | None = "pending",
+        limit: int = 50,
+        before: int | None = None,
     ) -> ApprovalPage:
         self._db.verify_scope(scope)
         if status is not None and (not isinstance(status, str) or status not in _FILTERS):
@@ -403,19 +416,29 @@ class SqlApprovalStore(ApprovalStore):
             raise InvalidValue(f"limit must be an integer 1-{MAX_APPROVAL_LIST}")
         if not 1 <= limit <= MAX_APPROVAL_LIST:
             raise InvalidValue(f"limit must be an integer 1-{MAX_APPROVAL_LIST}")
+        below = [] if before is None else [check_cursor("before", before)]
         where, params = approver_predicate(scope)
         selected, selected_params = _status_clause(status)
+        # Keyset on the row id (unique, in recording order), never an offset: a page
+        # walks the primary key down from where the last one stopped.
+        older = "AND a.id < ? " if below else ""
 
         def select(raw: sqlite3.Connection) -> ApprovalPage:
             # One row past the page says whether it was cut.
             rows = _query(
                 raw,
-                f"SELECT {_COLUMNS} FROM approvals a "
+                f"SELECT a.id AS row_id, {_COLUMNS} FROM approvals a "
                 f"JOIN session_owners o ON o.session_id = a.session_id "
-                f"WHERE {where} {selected}ORDER BY a.id DESC LIMIT ?",
-                [*params, *selected_params, limit + 1],
+                f"WHERE {where} {selected}{older}ORDER BY a.id DESC LIMIT ?",
+                [*params, *selected_params, *below, limit + 1],
             ).fetchall()
-            return ApprovalPage(tuple(_approval(row) for row in rows[:limit]), len(rows) > limit)
+            shown = rows[:limit]
+            more = len(rows) > limit
+            return ApprovalPage(
+                tuple(_approval(row) for row in shown),
+                more,
+                int(shown[-1]["row_id"]) if more else None,
+            )
 
         return await self._db.read(select)
 

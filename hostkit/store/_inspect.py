@@ -19,9 +19,14 @@ from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError
 from hostkit.store._context_rows import decode_decision, read_calibration, rows
 from hostkit.store._context_values import Calibration
 from hostkit.store._lease_rows import shown_status
-from hostkit.store._owned import OwnedKind, owner_predicate
+from hostkit.store._owned import (
+    OwnedKind,
+    decode_ranked_cursor,
+    encode_cursor,
+    owner_predicate,
+)
 from hostkit.store._sessions import read_effect_audit
-from hostkit.types import AuditRecord, ContextDecision, PrincipalScope, SessionRecord
+from hostkit.types import AuditRecord, ContextDecision, Page, PrincipalScope, SessionRecord
 
 if TYPE_CHECKING:
     from hostkit.store._row_store import RowStore
@@ -187,12 +192,25 @@ class InspectQueries(ABC):
         neither id is given.
         """
 
-    @abstractmethod
     async def recent_sessions(
         self, scope: PrincipalScope, *, limit: int = 50
     ) -> tuple[SessionActivity, ...]:
         """The scope's sessions, most recent activity first, ties the newer session first
-        (at most ``limit``)."""
+        (at most ``limit``): ``session_page``'s first page."""
+        return (await self.session_page(scope, limit=limit)).items
+
+    @abstractmethod
+    async def session_page(
+        self, scope: PrincipalScope, *, cursor: str | None = None, limit: int = 50
+    ) -> Page[SessionActivity]:
+        """The scope's sessions in ``recent_sessions``' order, keyset-paginated: pass
+        ``next_cursor`` back as ``cursor`` for the next page.
+
+        The cursor holds the last row's activity and row id, so the pages list each
+        session once, in order: a session active since (or new) ranks before the
+        cursor and is on an earlier page, never again on a later one.
+        ``InvalidValue`` for a cursor this store did not issue.
+        """
 
     @abstractmethod
     async def session_usage(
@@ -293,17 +311,25 @@ class SqlInspectQueries(InspectQueries):
         object_id = turn_id if turn_id is not None else session_id
         return await self._db.owned(scope, kind, object_id or "", read, why=why)
 
-    async def recent_sessions(
-        self, scope: PrincipalScope, *, limit: int = 50
-    ) -> tuple[SessionActivity, ...]:
+    async def session_page(
+        self, scope: PrincipalScope, *, cursor: str | None = None, limit: int = 50
+    ) -> Page[SessionActivity]:
         _bounded("limit", limit)
+        after = () if cursor is None else decode_ranked_cursor(cursor)
         where, params = owner_predicate(self._db.verify_scope(scope))
+        sql = _RECENT_SESSIONS.format(where=where, after=_AFTER if after else "")
         clock = self._clock
 
-        def read(conn: sqlite3.Connection) -> tuple[SessionActivity, ...]:
-            found = rows(conn, _RECENT_SESSIONS.format(where=where), [*params, limit])
+        def read(conn: sqlite3.Connection) -> Page[SessionActivity]:
+            # One row past the page says whether there is another.
+            found = rows(conn, sql, [*params, *after, limit + 1])
             now_epoch = clock()
-            return tuple(_activity(conn, row, now_epoch) for row in found)
+            shown = found[:limit]
+            last = shown[-1] if len(found) > limit else None
+            return Page(
+                tuple(_activity(conn, row, now_epoch) for row in shown),
+                None if last is None else encode_cursor(last["last_activity"], last["row_id"]),
+            )
 
         return await self._db.read(read)
 
@@ -384,17 +410,20 @@ class SqlInspectQueries(InspectQueries):
 
 # The scope's sessions by last activity, with their turn counts (schema v25's columns,
 # kept by triggers with the turns): the walk of ``sessions_last_activity`` newest first
-# stops at the limit, and only the sessions shown have their newest turn read.
+# (from a cursor's key down: ``_AFTER``) stops at the limit, and only the sessions shown
+# have their newest turn read.
 _RECENT_SESSIONS = (
-    "SELECT s.session_id, s.created_at, s.status, s.title, o.owner_kind, "
+    "SELECT s.id AS row_id, s.session_id, s.created_at, s.status, s.title, o.owner_kind, "
     "o.parent_session_id, o.parent_turn_id, lt.core_id AS agent, "
     "lt.turn_id AS last_turn_id, lt.status AS last_outcome, s.last_activity, "
     "s.turn_count AS turns "
     "FROM sessions s JOIN session_owners o ON o.session_id = s.session_id "
     "LEFT JOIN turns lt ON lt.id = "
     "(SELECT MAX(n.id) FROM turns n WHERE n.session_id = s.session_id) "
-    "WHERE {where} ORDER BY s.last_activity DESC, s.id DESC LIMIT ?"
+    "WHERE {where}{after} ORDER BY s.last_activity DESC, s.id DESC LIMIT ?"
 )
+# Below the last row shown, in the order's own terms (a row value, as the index holds it).
+_AFTER = " AND (s.last_activity, s.id) < (?, ?)"
 _TURN_COLUMNS = "t.session_id, t.turn_id, t.status, t.core_id, t.started_at"
 _USAGE_SUMS = (
     "u.provider, u.model, COUNT(*) AS steps, SUM(u.input_tokens) AS input_tokens, "

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from hostkit.errors import InvalidValue, TurnInProgress
+from hostkit.store._checks import MAX_CURSOR
 from hostkit.store._dialect import is_postgres
 from hostkit.store._json import canonical_json
 from hostkit.types import (
@@ -26,6 +27,7 @@ from hostkit.types import (
     PrincipalScope,
     SessionRecord,
     TaskRecord,
+    is_text,
     new_id,
 )
 
@@ -35,6 +37,7 @@ __all__ = [
     "append_message",
     "create_task",
     "decode_cursor",
+    "decode_ranked_cursor",
     "denial_reason",
     "encode_cursor",
     "get_session",
@@ -57,6 +60,11 @@ _SESSION_COLUMNS = (
     "s.session_id, s.created_at, s.status, s.title, o.owner_kind, "
     "o.parent_session_id, o.parent_turn_id"
 )
+# An issued cursor is the base64 of a short JSON array: anything longer is not one.
+_MAX_CURSOR_CHARS = 256
+# The sort text a two-key cursor holds (an ISO time of the store's clock, with room).
+_MAX_SORT_TEXT = 64
+_NOT_ISSUED = "cursor is not one this store issued"
 _TASK_COLUMNS = "t.task_id, t.session_id, t.kind, t.status, t.detail, t.created_at, t.updated_at"
 
 
@@ -129,20 +137,45 @@ def owner_predicate(scope: PrincipalScope, owner: str = "o") -> tuple[str, list[
     return f"({clause} AND {owner}.session_id IN ({marks}))", [*params, *allowed]
 
 
-def encode_cursor(row_id: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps([row_id]).encode()).decode()
+def encode_cursor(*key: int | str) -> str:
+    """An opaque cursor holding a page's last sort key: a row id, or ``(sort text, row id)``."""
+    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode()
 
 
-def decode_cursor(cursor: str | None) -> int | None:
+def decode_cursor(cursor: object) -> int | None:
+    """The row id a one-key cursor this store issued holds (None for no cursor)."""
     if cursor is None:
         return None
+    (row_id,) = _cursor_key(cursor, 1)
+    return _row_id(row_id)
+
+
+def decode_ranked_cursor(cursor: object) -> tuple[str, int]:
+    """The ``(sort text, row id)`` a two-key cursor this store issued holds."""
+    text, row_id = _cursor_key(cursor, 2)
+    if not is_text(text, limit=_MAX_SORT_TEXT):
+        raise InvalidValue(_NOT_ISSUED)
+    return text, _row_id(row_id)
+
+
+def _cursor_key(cursor: object, size: int) -> list[Any]:
+    # Bounded before it is decoded: a cursor is never echoed, and never costs more to refuse.
+    if not isinstance(cursor, str) or not 0 < str.__len__(cursor) <= _MAX_CURSOR_CHARS:
+        raise InvalidValue(_NOT_ISSUED)
     try:
-        (row_id,) = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        if not isinstance(row_id, int) or row_id < 0:
-            raise ValueError
-        return row_id
+        key = json.loads(base64.urlsafe_b64decode(str.encode(cursor)))
     except (ValueError, TypeError) as exc:
-        raise InvalidValue("cursor is not one this store issued") from exc
+        raise InvalidValue(_NOT_ISSUED) from exc
+    if not isinstance(key, list) or len(key) != size:
+        raise InvalidValue(_NOT_ISSUED)
+    return key
+
+
+def _row_id(value: object) -> int:
+    # A row id a 64-bit column holds: SQLite cannot bind a larger int, and True is no id.
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CURSOR:
+        raise InvalidValue(_NOT_ISSUED)
+    return value
 
 
 def _session(row: sqlite3.Row | tuple[Any, ...]) -> SessionRecord:

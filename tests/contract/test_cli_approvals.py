@@ -533,7 +533,7 @@ async def test_clause_never_stranded_an_answered_call_stays_listed_behind_newer_
     assert code == 0, err
     assert approval_id in out
     assert f"hostkit approvals resume {approval_id}" in out
-    assert "--limit shows more" not in err
+    assert "--before" not in err
     code, out, err = await hostkit(
         "approvals", "list", "--limit", "2", "--json", "--reason", "review", cwd=project
     )
@@ -542,6 +542,7 @@ async def test_clause_never_stranded_an_answered_call_stays_listed_behind_newer_
         "approvals": [json.loads(out)["approvals"][0]],
         "status": "open",
         "truncated": False,
+        "next_before": None,
     }
     assert json.loads(out)["approvals"][0]["approval_id"] == approval_id
 
@@ -552,7 +553,16 @@ async def test_clause_never_stranded_an_answered_call_stays_listed_behind_newer_
     )
     assert code == 0, err
     assert approval_id not in out
-    assert "(the 2 newest; --limit shows more)" in err
+    hint = re.search(r"\(the 2 newest; --before (\d+) shows older ones\)", err)
+    assert hint is not None, err
+    # The next page: the stranded answer, older than the two newer open ones.
+    code, out, err = await hostkit(
+        "approvals", "list", "--limit", "2", "--before", hint[1], "--reason", "r", cwd=project
+    )
+    assert code == 0, err
+    assert approval_id in out
+    assert f"hostkit approvals resume {approval_id}" in out
+    assert "--before" not in err
     for all_ in ((), ("--all",)):
         code, out, err = await hostkit(
             "approvals", "list", *all_, "--limit", "2", "--json", "--reason", "r", cwd=project

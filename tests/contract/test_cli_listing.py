@@ -145,6 +145,60 @@ async def test_every_listing_and_report_speaks_json(project: Path) -> None:
     assert len(budget["turns"]) == 1
 
 
+async def test_sessions_and_approvals_page_on_through_the_hint_they_print(
+    project: Path,
+) -> None:
+    """Both listings showed only the newest page (200 approvals, 499 sessions) and offered
+    no way to the rest: now a cut page says which ``--before`` lists the older rows, in
+    the table's hint and in ``--json`` (``next_before``), and following it reaches them."""
+    for listing, ids in (("sessions",), SESSION_ID), (("approvals", "list"), APPROVAL_ID):
+        code, everything, err = await hostkit(*listing, "--json", cwd=project)
+        assert code == 0, err
+        whole = json.loads(everything)
+        assert (whole["truncated"], whole["next_before"]) == (False, None)
+        code, out, err = await hostkit(*listing, "--limit", "1", cwd=project, columns=200)
+        assert code == 0, err
+        (newest,) = set(ids.findall(out))
+        hint = re.search(r"--before (\S+) shows older ones\)", err)
+        assert hint is not None, err
+        code, out, err = await hostkit(
+            *listing, "--limit", "1", "--before", hint[1], cwd=project, columns=200
+        )
+        assert code == 0, err
+        (older,) = set(ids.findall(out))
+        assert older != newest
+        assert "--before" not in err  # the last page
+        assert {newest, older} == set(ids.findall(everything))
+        code, out, err = await hostkit(*listing, "--limit", "1", "--json", cwd=project)
+        assert code == 0, err
+        page = json.loads(out)
+        assert (page["truncated"], str(page["next_before"])) == (True, hint[1])
+        code, out, err = await hostkit(
+            *listing, "--limit", "1", "--json", "--before", hint[1], cwd=project
+        )
+        assert code == 0, err
+        assert set(ids.findall(out)) == {older}
+        assert (json.loads(out)["truncated"], json.loads(out)["next_before"]) == (False, None)
+
+
+@pytest.mark.parametrize(
+    ("listing", "before", "said"),
+    [
+        (("sessions",), "not-a-cursor", "cursor is not one this store issued"),
+        (("sessions",), "W" * 5000, "cursor is not one this store issued"),
+        (("approvals", "list"), str(2**63), "before must be an integer from 0 to"),
+    ],
+)
+async def test_a_before_the_listing_never_printed_is_refused_in_one_line(
+    project: Path, listing: tuple[str, ...], before: str, said: str
+) -> None:
+    code, out, err = await hostkit(*listing, "--before", before, cwd=project)
+    assert (code, out) == (2, "")
+    assert said in err
+    assert before not in err
+    assert len(err.strip().splitlines()) == 1
+
+
 async def test_context_and_budget_default_to_the_most_recently_active_session(
     project: Path,
 ) -> None:

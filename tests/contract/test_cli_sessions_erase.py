@@ -110,12 +110,13 @@ async def test_options_said_before_erase_are_the_erases(tmp_path: Path, turn: Tu
     O: options said before the subcommand are not dropped (another project's session, the
     wrong operator in the audit); the listing's own options are refused there."""
     config = str(tmp_path / "hostkit.toml")
-    refused = ("sessions", "-c", config, "--limit", "3", "erase", turn.session_id)
-    code, said = await anyio.to_thread.run_sync(
-        lambda: invoke_as_said(*refused, "--reason", "x", "--yes")
-    )
-    assert code == 2
-    assert "erase takes neither" in said
+    for listing in (("--limit", "3"), ("--before", "x")):
+        refused = ("sessions", "-c", config, *listing, "erase", turn.session_id)
+        code, said = await anyio.to_thread.run_sync(
+            lambda refused=refused: invoke_as_said(*refused, "--reason", "x", "--yes")
+        )
+        assert code == 2
+        assert "--limit, --before and --json list sessions; erase takes none" in said
     assert await transcript(tmp_path, turn.session_id) == 2
     before = ("sessions", "-c", config, "--operator", "alice-oncall", "--reason", "gdpr 42")
     code, said = await anyio.to_thread.run_sync(

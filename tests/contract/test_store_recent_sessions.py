@@ -12,6 +12,8 @@ matrix), for a fixed timeline, random histories and the store's own writers.
 
 from __future__ import annotations
 
+import base64
+import json
 import random
 import sqlite3
 
@@ -19,8 +21,9 @@ import anyio
 import pytest
 
 from hostkit.authority import AuthorityResolver
+from hostkit.errors import InvalidValue
 from hostkit.store import Admitted, LeaseOwner, RowStore, RuntimeStore, TurnAdmission
-from hostkit.store._inspect import _RECENT_SESSIONS
+from hostkit.store._inspect import _AFTER, _RECENT_SESSIONS
 from hostkit.store._owned import owner_predicate
 from hostkit.types import PrincipalScope, TurnResult, new_id
 from tests.contract._session_history import (
@@ -236,11 +239,133 @@ async def test_the_list_walks_the_activity_index_and_reads_only_the_rows_it_show
     await store.write(lambda conn: random_history(conn, random.Random(5)))
     where, params = owner_predicate(operator)
 
-    def plan(conn: sqlite3.Connection) -> list[str]:
-        sql = f"EXPLAIN QUERY PLAN {_RECENT_SESSIONS.format(where=where)}"
-        return [str(row[3]) for row in conn.execute(sql, [*params, 50])]
+    def plan(conn: sqlite3.Connection, after: str, keys: list[object]) -> list[str]:
+        sql = f"EXPLAIN QUERY PLAN {_RECENT_SESSIONS.format(where=where, after=after)}"
+        return [str(row[3]) for row in conn.execute(sql, [*params, *keys, 50])]
 
-    lines = await store.read(plan)
+    lines = await store.read(lambda conn: plan(conn, "", []))
     assert lines[0] == "SCAN s USING INDEX sessions_last_activity", lines
     assert not any("TEMP B-TREE" in line for line in lines), lines
     assert [line for line in lines[1:] if line.startswith("SCAN")] == [], lines
+    # A later page starts in the index at the cursor's key: a search, not a walk from the top.
+    lines = await store.read(lambda conn: plan(conn, _AFTER, ["2026-01-01T00:00:30.000Z", 9]))
+    # (SQLite names the row value's leading column; the tie on it is the test below's.)
+    assert lines[0] == "SEARCH s USING INDEX sessions_last_activity (last_activity<?)", lines
+    assert not any("TEMP B-TREE" in line for line in lines), lines
+    assert [line for line in lines[1:] if line.startswith("SCAN")] == [], lines
+
+
+async def _walk(store: RuntimeStore, scope: PrincipalScope, size: int) -> list[str]:
+    """Every page's session ids, one page after another through the cursors."""
+    shown: list[str] = []
+    cursor: str | None = None
+    while True:
+        page = await store.inspect.session_page(scope, cursor=cursor, limit=size)
+        assert len(page.items) <= size
+        shown.extend(a.session.session_id for a in page.items)
+        if page.next_cursor is None:
+            return shown
+        cursor = page.next_cursor
+
+
+async def test_pages_list_every_session_once_in_the_rankings_order(
+    store: RuntimeStore, operator: PrincipalScope
+) -> None:
+    """Ties in the activity at page boundaries: the row id breaks them, so no page
+    repeats or skips a session, at any page size."""
+    assert isinstance(store, RowStore)
+    await store.write(_seed_timeline)
+    await store.write(lambda conn: random_history(conn, random.Random(7), sessions=60))
+    every = [row[0] for row in await every_session_ranked(store, operator, 10_000)]
+    assert len(every) > 50
+    assert len({row[1] for row in await ranked(store, operator, 500)}) < len(every)  # ties
+    for size in (1, 2, 3, 7, 50, len(every), len(every) + 1):
+        assert await _walk(store, operator, size) == every, size
+    last = await store.inspect.session_page(operator, limit=len(every))
+    assert last.next_cursor is None
+
+
+async def test_a_session_active_between_pages_moves_up_and_the_pages_go_on(
+    store: RuntimeStore, operator: PrincipalScope
+) -> None:
+    """Between pages a new session starts, and a turn runs in the last session shown (the
+    one the cursor names) and in one not shown yet: the next pages go on from where the
+    last one stopped. A cursor of the row id alone started again from the top."""
+    assert isinstance(store, RowStore)
+    await store.write(lambda conn: random_history(conn, random.Random(11)))
+    every = [row[0] for row in await every_session_ranked(store, operator, 10_000)]
+    first = await store.inspect.session_page(operator, limit=5)
+    shown = [a.session.session_id for a in first.items]
+    assert shown == every[:5]
+    assert first.next_cursor is not None
+    moved = every[20]
+
+    def activity(conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "INSERT INTO sessions (session_id, created_at) VALUES ('ses_new', ?)", [_at(50)]
+        )
+        conn.execute(
+            "INSERT INTO session_owners (session_id, owner_kind, principal_id, recorded_at) "
+            "VALUES ('ses_new', 'operator', 'alice', ?)",
+            [_at(50)],
+        )
+        _insert_turn(conn, "turn_cursor", shown[-1], _at(51), _at(52))
+        _insert_turn(conn, "turn_moved", moved, _at(51), _at(53))
+
+    await store.write(activity)
+    cursor: str | None = first.next_cursor
+    while cursor is not None:
+        page = await store.inspect.session_page(operator, cursor=cursor, limit=5)
+        shown.extend(a.session.session_id for a in page.items)
+        cursor = page.next_cursor
+    # Each once, in order; the session that moved up ranks before the cursor now: it is on
+    # the first page of a new listing, which starts with the three.
+    assert shown == [s for s in every if s != moved]
+    assert [a.session.session_id for a in await store.inspect.recent_sessions(operator)][:3] == [
+        moved,
+        shown[4],
+        "ses_new",
+    ]
+
+
+async def test_a_cursor_this_store_did_not_issue_is_refused_typed_and_bounded(
+    store: RuntimeStore, operator: PrincipalScope
+) -> None:
+    """Negative, past 64 bits, a boolean, the wrong shape, text no engine stores, or not
+    a cursor at all: ``InvalidValue`` naming no part of it, on both list methods."""
+    assert isinstance(store, RowStore)
+    await store.write(_seed_timeline)
+
+    def issued(key: object) -> str:
+        return base64.urlsafe_b64encode(json.dumps(key).encode()).decode()
+
+    ranked_bad = [
+        issued(["2026-01-01T00:00:00.000Z", -1]),
+        issued(["2026-01-01T00:00:00.000Z", 2**63]),
+        issued(["2026-01-01T00:00:00.000Z", True]),
+        issued(["2026-01-01T00:00:00.000Z", "9"]),
+        issued(["2026-01-01T00:00:00.000Z", 9, 1]),
+        issued([9]),
+        issued({"at": "x", "id": 9}),
+        issued(["", 9]),
+        issued(["a\u0000b", 9]),
+        issued(["\ud800", 9]),
+        issued(["x" * 65, 9]),
+        "W" * 257,
+        "",
+        "not a cursor!",
+        "\ud800",
+    ]
+    one_bad = [issued([-1]), issued([2**63]), issued([True]), issued(["9"]), issued([1, 2])]
+    for cursor in [*ranked_bad, 7, b"W1s5XQ=="]:
+        with pytest.raises(InvalidValue) as refused:
+            await store.inspect.session_page(operator, cursor=cursor, limit=3)  # type: ignore[arg-type]
+        assert str(refused.value) == "cursor is not one this store issued"
+    for cursor in one_bad:
+        with pytest.raises(InvalidValue) as refused:
+            await store.list_sessions(operator, cursor=cursor, limit=3)
+        assert str(refused.value) == "cursor is not one this store issued"
+    # What the store issued still pages.
+    page = await store.inspect.session_page(operator, limit=3)
+    assert page.next_cursor is not None
+    assert len((await store.inspect.session_page(operator, cursor=page.next_cursor)).items) > 0

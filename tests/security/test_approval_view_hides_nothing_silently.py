@@ -390,7 +390,7 @@ def test_approvals_list_json_keeps_its_shape_without_the_table_notes(
 ) -> None:
     root, ids = seeded
     listed = json.loads(_approvals_list(root, "--json"))
-    assert set(listed) == {"approvals", "status", "truncated"}
+    assert set(listed) == {"approvals", "status", "truncated", "next_before"}
     assert {row["approval_id"] for row in listed["approvals"]} == set(ids.values())
 
 
