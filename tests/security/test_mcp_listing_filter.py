@@ -21,11 +21,10 @@ A hostile server chooses what that judge reads, so:
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from hostkit.builtins.mcp import McpClientConnector, McpProtocolError
 from hostkit.builtins.process import SandboxPolicy
 from hostkit.builtins.web import UrlPolicy
 from hostkit.effects import McpConnection, McpServerDeclaration, McpToolSpec, ToolOutcome
+from tests.stalls import longest_stall
 
 pytestmark = pytest.mark.anyio
 
@@ -102,37 +102,6 @@ async def list_watching_the_loop(
     with anyio.fail_after(30):
         stall = await longest_stall(listing())
     return outcome, time.monotonic() - started, stall
-
-
-async def longest_stall(work: Awaitable[None]) -> float:
-    """The most this process computed in one stretch while ``work`` ran and the event loop
-    went without running a 10 ms ticker.
-
-    Each gap between ticks counts the process's CPU time (every thread's), at most the
-    gap's length: the loop's own work counts, and so does a worker's holding the GIL (a
-    parse in pydantic-core holds it throughout, stalling the loop as long); the time a
-    busy shared machine gives other processes does not. A wall-clock gap counts that
-    too, and an idle gap measured before subtracts it badly: a full run's noise comes in
-    bursts, and a page's parse stretched by it once read as a 0.5 s stall. A loop
-    blocked without computing (a sleep) is not counted: what this file guards against is
-    work, parsing and judging.
-    """
-    ticks = [(time.monotonic(), time.process_time())]
-
-    def tick() -> None:
-        ticks.append((time.monotonic(), time.process_time()))
-
-    async def ticker() -> None:
-        while True:
-            await anyio.sleep(0.01)
-            tick()
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(ticker)
-        await work
-        tick()
-        group.cancel_scope.cancel()
-    return max(min(b[0] - a[0], b[1] - a[1]) for a, b in itertools.pairwise(ticks))
 
 
 def refusals(specs: Sequence[McpToolSpec]) -> dict[str, str | None]:

@@ -19,10 +19,8 @@ its server. Each is judged alone; its siblings are listed and run.
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -43,6 +41,7 @@ from hostkit.inspect import mcp_server_rows
 from hostkit.testing import capabilities
 from tests.contract.test_clause_mcp_servers import host_config
 from tests.hosts import request
+from tests.stalls import longest_stall
 
 pytestmark = pytest.mark.anyio
 
@@ -98,21 +97,15 @@ def calls(workspace: Path) -> list[str]:
 async def call_watching_the_loop(
     connection: McpConnection, tool: str, arguments: dict[str, object]
 ) -> tuple[ToolOutcome, float]:
-    """The outcome, and the longest the event loop went without running a 10 ms ticker."""
-    ticks = [time.monotonic()]
+    """The outcome, and the longest the event loop was held meanwhile (``longest_stall``)."""
+    outcomes: list[ToolOutcome] = []
 
-    async def ticker() -> None:
-        while True:
-            await anyio.sleep(0.01)
-            ticks.append(time.monotonic())
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(ticker)
+    async def call() -> None:
         with anyio.fail_after(5):
-            outcome = await connection.call_tool(tool, arguments)
-        ticks.append(time.monotonic())
-        group.cancel_scope.cancel()
-    return outcome, max(b - a for a, b in itertools.pairwise(ticks))
+            outcomes.append(await connection.call_tool(tool, arguments))
+
+    stall = await longest_stall(call())
+    return outcomes[0], stall
 
 
 async def test_a_catastrophic_output_pattern_never_stalls_the_loop(
