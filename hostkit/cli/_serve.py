@@ -199,7 +199,7 @@ async def _serve_host(
     ) as host:
         daemon = host.serve(listen=listen, port=port, watch=True, closing_host=True)
         # Bound before any task group: a port in use is one ConfigError, not a group.
-        daemon.bind()
+        await daemon.bind()
         watch.attach(daemon)
         ended: list[DaemonExit] = []
         async with anyio.create_task_group() as group:

@@ -1156,8 +1156,8 @@ class Host(AsyncResource):
         variable a channel names but the environment lacks is a ``ConfigError``
         here, before anything starts (docs/service.md).
         """
-        # The serving stack (uvicorn, Starlette, the channels) loads here, not with every
-        # command line that opens a Host.
+        # The daemon loads here, not with every command line that opens a Host; the
+        # stack it serves on (uvicorn, Starlette, httpx) when it binds, off the loop.
         from hostkit.host._serve import HostDaemon
 
         if self._closed:

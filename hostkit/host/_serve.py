@@ -19,11 +19,15 @@ never re-sent by this process), an unsent claim is released. Every terminal
 turn wakes delivery at once (an answer waits for no idle poll).
 
 Secrets are read from the environment here, when the daemon is made: a
-missing variable is a ``ConfigError`` naming it before anything starts.
+missing variable is a ``ConfigError`` naming it before anything starts. What
+serving runs on (uvicorn, Starlette, httpx) loads when the daemon binds, on a
+worker thread: an embedding event loop (a notebook's kernel) does not stall
+for its imports.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -35,7 +39,7 @@ from anyio.abc import TaskStatus
 
 from hostkit._background import Background
 from hostkit._store_health import StoreHealth
-from hostkit.channels import TelegramPoller, ingress_app, short_secret
+from hostkit.channels import short_secret
 from hostkit.daemon import (
     DaemonExit,
     DaemonRegistry,
@@ -50,14 +54,18 @@ from hostkit.host._config import check_channel_agents
 from hostkit.host._config_channels import ChannelConfig
 from hostkit.host._defaults import channel_secret
 from hostkit.host._reload import ConfigWatcher, ReloadOutcome
-from hostkit.host._serve_http import DrainGate, WebhookServer, bind_listener
 from hostkit.inbox import RetentionSweeper, TurnsEnded, outage_checks
 from hostkit.types import is_seconds, is_text
 
 if TYPE_CHECKING:
+    from hostkit.channels import TelegramPoller
     from hostkit.host._host import Host
+    from hostkit.host._serve_http import WebhookServer
 
 __all__ = ["HostDaemon", "ServeStatus", "delivery_share"]
+
+# The modules that bring uvicorn, Starlette and httpx: loaded when a daemon binds.
+_SERVING_STACK = ("hostkit.host._serve_http", "hostkit.channels._app", "hostkit.channels._polling")
 
 _log = logging.getLogger("hostkit.serve")
 # Of the shutdown deadline, delivery keeps this fraction (at most _DELIVERY_SHARE_MAX_S
@@ -245,7 +253,7 @@ class HostDaemon(Background):
             for cid, c in channels.items()
             if c.inbound == "webhook"
         }
-        tokens = {
+        self._tokens = {
             cid: _env(environment, cid, "token_env", c.token_env)
             for cid, c in channels.items()
             if c.inbound == "polling"
@@ -261,17 +269,6 @@ class HostDaemon(Background):
         self.delivery = host.delivery_runtime(
             grace_s=serve.drain_timeout_s, store_health=self.store_health
         )
-        self._pollers = [
-            TelegramPoller(
-                cid,
-                channels[cid],
-                host.inbox,
-                token=token,
-                on_accept=self.worker.wake,
-                store_health=self.store_health,
-            )
-            for cid, token in tokens.items()
-        ]
         self._channels: dict[str, ChannelConfig] = dict(channels)
         self._environment = environment
         # Each webhook route's settings and secret as of a generation: a reload's allow
@@ -354,7 +351,7 @@ class HostDaemon(Background):
 
     # -- control ----------------------------------------------------------------------
 
-    def bind(self) -> str:
+    async def bind(self) -> str:
         """Bind the listening socket now (idempotent); the URL it listens on.
 
         ``ConfigError`` (``serve.listen``) when the address cannot be bound.
@@ -362,6 +359,9 @@ class HostDaemon(Background):
         binds if this was not called.
         """
         if self._server is None:
+            await anyio.to_thread.run_sync(_load_serving_stack)
+            from hostkit.host._serve_http import DrainGate, WebhookServer, bind_listener
+
             sock = bind_listener(self.listen, self.port)
             self._server = WebhookServer(DrainGate(self._app()), sock)
         return self._server.url
@@ -370,7 +370,7 @@ class HostDaemon(Background):
         """Bind, supervise until a shutdown, return how it ended (``task_status``: started)."""
         if self.supervisor is not None:
             raise InvalidValue("a HostDaemon runs once; make a new one with host.serve()")
-        self.bind()
+        await self.bind()
         server = self._server
         assert server is not None  # bound just above
         try:
@@ -440,6 +440,8 @@ class HostDaemon(Background):
         return configured.agent
 
     def _app(self) -> Any:
+        from hostkit.channels import ingress_app
+
         return ingress_app(
             {cid: c for cid, c in self._channels.items() if c.inbound == "webhook"},
             self.host.inbox,
@@ -472,18 +474,41 @@ class HostDaemon(Background):
                 self._webhooks[cid] = (config, secret)
         return self._webhooks.get(channel_id)
 
+    def _pollers(self) -> list[TelegramPoller]:
+        """One poller per channel with ``inbound = "polling"`` (its token read at start)."""
+        from hostkit.channels import TelegramPoller
+
+        return [
+            TelegramPoller(
+                cid,
+                self._channels[cid],
+                self.host.inbox,
+                token=token,
+                on_accept=self.worker.wake,
+                store_health=self.store_health,
+            )
+            for cid, token in self._tokens.items()
+        ]
+
     def _registry(self, server: WebhookServer) -> DaemonRegistry:
         registry = DaemonRegistry()
         registry.register("delivery", _Delivery(self.delivery, self.host.events, self._time_left))
         registry.register("inbox", _Worker(self.worker))
         registry.register("retention", _Worker(self.retention))
-        for poller in self._pollers:
+        for poller in self._pollers():
             registry.register(f"poll:{poller.channel_id}", poller.run)
         if self.watcher is not None:
             # Stopped right after the webhooks: no generation is applied during the drain.
             registry.register("reload", self.watcher)
         registry.register("webhooks", server, linger=True)
         return registry
+
+
+def _load_serving_stack() -> None:
+    """Import what serving runs on (blocking: a worker thread). Loaded, the names are
+    taken from ``sys.modules`` where they are used, at no further cost."""
+    for module in _SERVING_STACK:
+        importlib.import_module(module)
 
 
 def _restart_note(outcome: ReloadOutcome) -> None:

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import re
 import socket
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -358,6 +359,50 @@ async def test_an_address_it_cannot_bind_is_a_config_error(tmp_path: Path) -> No
             assert daemon.supervisor is None
     finally:
         taken.close()
+
+
+# A fresh interpreter: in this worker an earlier test may have imported the stack already.
+FRESH_SERVE = """
+import sys
+import anyio
+from blockbuster import blockbuster_ctx
+from hostkit.host import Host, parse_config
+from hostkit.testing import Reply, ScriptedModel, capabilities
+
+STACK = ("uvicorn", "starlette", "httpx")
+
+async def main(root):
+    config = parse_config({
+        "host": {"database": root + "/hostkit.db", "workspace": root},
+        "providers": {"test": {"kind": "scripted"}},
+        "agents": {"assistant": {"provider": "test"}},
+        "channels": {"hooks": {"kind": "webhook", "secret_env": "HOOK_SECRET"}},
+        "serve": {"port": 0},
+    }, base_dir=root)
+    model = ScriptedModel([Reply("hi")], repeat_last=True)
+    async with Host.open(config, capabilities=capabilities(model)) as host:
+        with blockbuster_ctx("hostkit"):
+            daemon = host.serve(env={"HOOK_SECRET": "s" * 32})
+            print("made", [name for name in STACK if name in sys.modules])
+            async with daemon:
+                print("serving", daemon.url is not None, [n for n in STACK if n in sys.modules])
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+async def test_serving_loads_its_stack_off_the_event_loop(tmp_path: Path) -> None:
+    """``host.serve()`` on a notebook's loop: uvicorn, Starlette and httpx load when the
+    daemon binds, on a worker thread, so no import blocks the loop (blockbuster fails
+    the file reads an import on the loop makes)."""
+    with anyio.fail_after(60):
+        done = await anyio.run_process(
+            [sys.executable, "-c", FRESH_SERVE, str(tmp_path)], check=False
+        )
+    said = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert "made []" in said
+    assert "serving True ['uvicorn', 'starlette', 'httpx']" in said
 
 
 async def test_a_sender_revoked_by_a_reload_is_not_answered_for_messages_already_taken_in(
