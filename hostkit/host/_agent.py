@@ -48,6 +48,7 @@ from hostkit.host._config import (
 )
 from hostkit.host._defaults import DefaultToolSource
 from hostkit.host._grants import policy_problem
+from hostkit.host._source_calls import WrappingSource
 from hostkit.providers import ModelProvider
 
 __all__ = [
@@ -423,16 +424,18 @@ def with_agents(
     )
 
 
-class _AgentProviders:
+class _AgentProviders(WrappingSource):
     """Serves an Agent's own ModelProvider instance; every other name from the inner source."""
 
+    inner: Any
+
     def __init__(self, inner: Any, instances: Mapping[str, ModelProvider]) -> None:
-        self._inner = inner
+        self.inner = inner
         self._instances = dict(instances)
 
     @property
     def estimators(self) -> Sequence[Any]:
-        return tuple(getattr(self._inner, "estimators", ()))
+        return tuple(getattr(self.inner, "estimators", ()))
 
     async def model_provider(self, request: ProviderRequest) -> ModelProvider:
         name = request.provider or request.config.agents[request.agent].provider
@@ -441,28 +444,30 @@ class _AgentProviders:
             return instance
         # Named explicitly: an inner source built for the file's configuration would
         # not know the Python agent.
-        return await self._inner.model_provider(  # type: ignore[no-any-return]
+        return await self.inner.model_provider(  # type: ignore[no-any-return]
             dataclasses.replace(request, provider=name)
         )
 
     async def aclose(self) -> None:
-        close = getattr(self._inner, "aclose", None)
+        close = getattr(self.inner, "aclose", None)
         if close is not None:
             await close()
 
 
-class _AgentTools:
+class _AgentTools(WrappingSource):
     """An Agent's tools (``python:<module>``) and memory; other agents: the inner source."""
 
+    inner: ToolSource
+
     def __init__(self, inner: ToolSource, defaults: ToolSource, agents: Sequence[Agent]) -> None:
-        self._inner = inner
+        self.inner = inner
         self._defaults = defaults
         self._agents = {agent.name: agent for agent in agents}
 
     async def tools(self, request: ToolRequest) -> Sequence[AuthoredTool | SourcedTool]:
         agent = self._agents.get(request.agent)
         if agent is None:
-            return await self._inner.tools(request)
+            return await self.inner.tools(request)
         own = [
             SourcedTool(t, f"python:{getattr(t.fn, '__module__', None) or '?'}")
             for t in agent.tools
@@ -470,7 +475,7 @@ class _AgentTools:
         return [*await self._defaults.tools(request), *own]
 
     async def aclose(self) -> None:
-        close = getattr(self._inner, "aclose", None)
+        close = getattr(self.inner, "aclose", None)
         if close is not None:
             await close()
 

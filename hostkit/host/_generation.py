@@ -53,6 +53,7 @@ from hostkit.host._source_calls import (
     checked_provider,
     checked_servers,
     checked_tools,
+    source_name,
 )
 from hostkit.host._tool_modules import forget_versions
 from hostkit.providers import ModelProvider
@@ -217,7 +218,7 @@ class Generation(AsyncResource):
             )
             source = self.capabilities.tools
             found = await ask_source("tool", source, lambda: source.tools(request))
-            offered = _sourced(checked_tools(source, found), f"source:{type(source).__name__}")
+            offered = _sourced(checked_tools(source, found), f"source:{source_name(source)}")
             servers = await self._mcp_servers(request)
             # An MCP server's tools are discovered per session, after the snapshot is
             # pinned: the snapshot holds its connect and call grants instead.

@@ -25,11 +25,13 @@ from hostkit.providers import ModelProvider
 
 __all__ = [
     "SOURCE_DEADLINE_S",
+    "WrappingSource",
     "ask_source",
     "checked_memory",
     "checked_provider",
     "checked_servers",
     "checked_tools",
+    "source_name",
 ]
 
 # How long one call into a capability source may take. Generous: the default tool
@@ -41,8 +43,23 @@ SOURCE_DEADLINE_S = 120.0
 T = TypeVar("T")
 
 
+class WrappingSource:
+    """A source the Host puts around the embedder's (serving ``hostkit.Agent`` values'
+    own tools and providers): what fails in it is the embedder's source it wraps."""
+
+    inner: object
+
+
+def source_name(source: object) -> str:
+    """The name of the embedder's source, seen through the Host's own wrappers: an error
+    naming ``_AgentProviders`` would point at nothing the embedder wrote."""
+    while isinstance(source, WrappingSource):
+        source = source.inner
+    return type_name(source)
+
+
 def _named(kind: str, source: object) -> str:
-    return f"the {kind} source {type_name(source)}"
+    return f"the {kind} source {source_name(source)}"
 
 
 async def ask_source(kind: str, source: object, call: Callable[[], Awaitable[T]]) -> T:

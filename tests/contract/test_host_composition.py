@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+import hostkit
 from hostkit.effects import ToolContext, tool
 from hostkit.errors import ConfigError, InvalidValue, RuntimeFailure, ScopeError, TurnRejected
 from hostkit.host import (
@@ -353,7 +354,11 @@ class _Returns:
 
 @asynccontextmanager
 async def _host_with(
-    tmp_path: Path, *, providers: object = None, tools: object = None
+    tmp_path: Path,
+    *,
+    providers: object = None,
+    tools: object = None,
+    agents: Sequence[hostkit.Agent] = (),
 ) -> AsyncIterator[Host]:
     model = ScriptedModel([Reply("ok")])
     caps = dataclasses.replace(
@@ -361,7 +366,7 @@ async def _host_with(
         **({"providers": providers} if providers is not None else {}),
         **({"tools": tools} if tools is not None else {}),
     )
-    async with Host.open(config(tmp_path), capabilities=caps) as host:
+    async with Host.open(config(tmp_path), capabilities=caps, agents=agents) as host:
         yield host
 
 
@@ -419,6 +424,22 @@ async def test_a_source_that_raises_is_named_with_the_type_only(tmp_path: Path) 
     said = "the tool source _Returns raised ValueError"
     assert caught.value.reason == f"agent 'assistant' is not available: {said}"
     assert listed.value.message == said
+
+
+@pytest.mark.parametrize("which", ["providers", "tools"])
+async def test_a_failing_source_is_named_as_the_embedder_wrote_it_beside_python_agents(
+    tmp_path: Path, which: str
+) -> None:
+    """With ``hostkit.Agent`` values, the Host wraps the sources to serve them; a failure
+    of the embedder's source still names that source, never the Host's wrapper."""
+    writer = hostkit.Agent("writer", model=ScriptedModel([Reply("ok")]))
+    async with _host_with(tmp_path, agents=[writer], **{which: _Returns(error=True)}) as host:
+        with pytest.raises(TurnRejected) as caught:
+            await host.turns.run(request())
+    kind = {"providers": "provider", "tools": "tool"}[which]
+    assert caught.value.reason == (
+        f"agent 'assistant' is not available: the {kind} source _Returns raised ValueError"
+    )
 
 
 @pytest.mark.parametrize("which", ["providers", "tools"])
