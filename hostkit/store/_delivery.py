@@ -209,14 +209,15 @@ class DeliveryStore(ABC):
 
     @abstractmethod
     async def counts(self) -> DeliveryCounts:
-        """Intents per status: every row, the delivered history too (an operator's view)."""
+        """Intents per status: the due ones counted from their partial index, the finished
+        ones' tallies read, kept with every change (schema v28), never the history."""
 
     @abstractmethod
     async def dead_letters(self) -> int:
         """How many intents are dead-lettered: what a live status polls.
 
         Read from the index of dead letters alone, so its cost never follows
-        the delivered history ``counts`` reads.
+        the delivered history.
         """
 
     @abstractmethod

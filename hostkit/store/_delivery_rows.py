@@ -29,6 +29,7 @@ from hostkit.store._delivery import DELIVERY_ATTEMPTS_EXHAUSTED, PRUNED_PAYLOAD
 from hostkit.store._dialect import claim_isolation
 from hostkit.store._json import canonical_json
 from hostkit.store._sessions import insert_audit
+from hostkit.store._tallies import fold_tallies
 from hostkit.types import (
     PARTIAL_KEY,
     ClaimedDelivery,
@@ -40,6 +41,7 @@ from hostkit.types import (
 )
 
 __all__ = [
+    "COUNTS",
     "DEAD_LETTERS",
     "DUE_ROWS",
     "NEXT_DUE",
@@ -330,6 +332,7 @@ def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedDelive
     intents in ``holding`` (the claimant's own sends) are never read.
     """
     claim_isolation(conn)
+    fold_tallies(conn)
     lease = args.now + args.lease_s
     claimed: list[ClaimedDelivery] = []
     out = dict(args.sending)
@@ -495,9 +498,22 @@ def one_intent(conn: sqlite3.Connection, intent_id: str) -> DeliveryIntent | Non
     return None if row is None else _intent(row)
 
 
+# Intents per status: the due ones counted from their partial index (outbox_due), the
+# finished ones read from the tallies and the deltas not yet folded into them (schema
+# v28), so a count never reads the delivered history.
+COUNTS = (
+    "SELECT status, SUM(n) AS n FROM ("
+    "SELECT status, COUNT(*) AS n FROM outbox INDEXED BY outbox_due "
+    "WHERE status IN ('pending', 'sending') GROUP BY status "
+    "UNION ALL SELECT status, n FROM outbox_tallies "
+    "UNION ALL SELECT status, n FROM outbox_tally_deltas"
+    ") AS q GROUP BY status"
+)
+
+
 def count_rows(conn: sqlite3.Connection) -> DeliveryCounts:
-    rows = _rows(conn).execute("SELECT status, COUNT(*) AS n FROM outbox GROUP BY status")
-    return DeliveryCounts(**{row["status"]: row["n"] for row in rows})
+    # SUM is PostgreSQL's numeric: a whole number here, read as int on both engines.
+    return DeliveryCounts(**{status: int(n) for status, n in conn.execute(COUNTS)})
 
 
 # The live status's figure: the dead letters' partial index alone, never the delivered rows.

@@ -318,7 +318,9 @@ class InboxStore(ABC):
     async def counts(self) -> tuple[ChannelCounts, ...]:
         """Rows per state for every channel instance, ordered by channel instance id.
 
-        Reads every row (the completed history too): an operator's view, not a poll.
+        Counts the live rows from their partial index and reads the finished ones'
+        tallies, kept with every change (schema v28): its cost never follows the
+        completed history.
         """
 
     @abstractmethod

@@ -25,8 +25,8 @@ from hostkit.store._dialect import claim_isolation, is_postgres
 from hostkit.store._inbox import ATTEMPTS_EXHAUSTED, COMMAND_ALLOWANCE, InboxLimits, InboxRoom
 from hostkit.store._inbox_checks import reconcile_limit
 from hostkit.store._sessions import insert_audit
+from hostkit.store._tallies import fold_tallies
 from hostkit.types import (
-    UNANSWERED_OUTCOMES,
     UNPROCESSABLE,
     ChannelCounts,
     ClaimedInbound,
@@ -43,6 +43,7 @@ from hostkit.types import (
 
 __all__ = [
     "BACKLOG",
+    "CHANNEL_COUNTS",
     "ClaimArgs",
     "EndArgs",
     "accept_rows",
@@ -431,6 +432,7 @@ def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedInboun
     SKIP LOCKED`` at READ COMMITTED), so claimers on other Hosts skip them.
     """
     claim_isolation(conn)
+    fold_tallies(conn)
     channels = [row[0] for row in conn.execute(DUE_CHANNELS, [args.now]).fetchall()]
     if not channels:
         return ()
@@ -695,22 +697,24 @@ def backlog_counts(conn: sqlite3.Connection) -> InboxBacklog:
     return InboxBacklog(ready=int(ready), dead_lettered=int(dead_lettered))
 
 
+# Every channel instance's rows per state: the live states counted from their partial index
+# (inbox_due), the finished ones read from the tallies and the deltas not yet folded into
+# them (schema v28), so a count never reads the completed history.
+CHANNEL_COUNTS = (
+    "SELECT channel_instance_id, state, SUM(n) AS n FROM ("
+    "SELECT channel_instance_id, state, COUNT(*) AS n FROM inbox INDEXED BY inbox_due "
+    "WHERE state IN ('ready', 'claimed') GROUP BY channel_instance_id, state "
+    "UNION ALL SELECT channel_instance_id, state, n FROM inbox_tallies "
+    "UNION ALL SELECT channel_instance_id, state, n FROM inbox_tally_deltas"
+    ") AS q GROUP BY channel_instance_id, state HAVING SUM(n) <> 0 ORDER BY channel_instance_id"
+)
+
+
 def channel_counts(conn: sqlite3.Connection) -> tuple[ChannelCounts, ...]:
-    # A completed row's turn outcome is its turn's status (the inbox row keeps the id only).
-    unanswered = ", ".join(f"'{outcome}'" for outcome in UNANSWERED_OUTCOMES)
-    rows = _rows(conn).execute(
-        "SELECT i.channel_instance_id, i.state, COUNT(*) AS n, "
-        "COALESCE(SUM(CASE WHEN i.state = 'completed' AND i.result_kind = 'turn' "
-        f"AND t.status IN ({unanswered}) THEN 1 ELSE 0 END), 0) AS unanswered "
-        "FROM inbox i LEFT JOIN turns t ON t.turn_id = i.turn_id "
-        "GROUP BY i.channel_instance_id, i.state ORDER BY i.channel_instance_id"
-    )
     counts: dict[str, dict[str, int]] = {}
-    for row in rows:
-        by_state = counts.setdefault(row["channel_instance_id"], {})
-        by_state[row["state"]] = row["n"]
-        if row["unanswered"]:
-            by_state["unanswered"] = int(row["unanswered"])
+    for channel, state, n in conn.execute(CHANNEL_COUNTS):
+        # SUM is PostgreSQL's numeric: a whole number here, read as int on both engines.
+        counts.setdefault(channel, {})[state] = int(n)
     return tuple(ChannelCounts(channel, **states) for channel, states in counts.items())
 
 

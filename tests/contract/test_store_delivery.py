@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from hostkit.store import MIGRATIONS, SCHEMA_VERSION, RuntimeStore, SqliteStore
-from hostkit.store._delivery_rows import DUE_ROWS, NEXT_DUE, list_intents
+from hostkit.store._delivery_rows import DUE_ROWS, NEXT_DUE, count_rows, list_intents
+from hostkit.types import DeliveryCounts
 from tests.contract._delivery_adapters import ROUTE, finish_routed_turns
 
 pytestmark = pytest.mark.anyio
@@ -164,3 +165,41 @@ async def test_listing_the_pending_or_sending_intents_reads_the_due_index_not_th
         assert len(pending) == 4
         listed = await store.delivery.intents(status="pending", limit=50)
         assert [i.intent_id for i in listed] == pending
+
+
+@pytest.mark.sqlite_only("EXPLAIN QUERY PLAN: SQLite planner and partial indexes")
+async def test_counts_read_the_due_index_and_the_tallies_never_the_history(
+    tmp_path: Path,
+) -> None:
+    """``delivery counts`` grouped every intent, the delivered history too: 0.14 s at
+    200,000 rows. It counts the due intents from their partial index and reads the
+    finished ones' tallies (v28)."""
+    async with await RuntimeStore.open(tmp_path / "hostkit.db") as store:
+        assert isinstance(store, SqliteStore)
+        await finish_routed_turns(store, 3)
+        total = len(await store.delivery.intents())
+        claimed = await store.delivery.claim(
+            owner="suite", limit=2, lease_s=30.0, max_attempts=3, now=store.now()
+        )
+        await store.delivery.delivered(claimed[0], now=store.now())
+
+        def plan(conn: sqlite3.Connection) -> list[str]:
+            seen: list[str] = []
+            conn.set_trace_callback(seen.append)
+            try:
+                count_rows(conn)
+            finally:
+                conn.set_trace_callback(None)
+            return [str(row[3]) for row in conn.execute(f"EXPLAIN QUERY PLAN {seen[-1]}")]
+
+        steps = await store.read(plan)
+        counts = await store.delivery.counts()
+    reads = [step for step in steps if step.startswith(("SCAN", "SEARCH"))]
+    assert reads == [
+        "SCAN outbox USING INDEX outbox_due",
+        "SCAN outbox_tallies",
+        "SCAN outbox_tally_deltas",
+        "SCAN q",
+    ], steps
+    sending = len(claimed) - 1
+    assert counts == DeliveryCounts(pending=total - sending - 1, sending=sending, delivered=1)

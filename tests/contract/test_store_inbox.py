@@ -526,3 +526,37 @@ async def test_listing_the_ready_or_claimed_rows_reads_the_live_index_not_the_hi
         assert [r.inbound_id for r in await inbox.records(state=state, limit=3)] == expected[:3]
     dead = await listed_plan(sql_store, "dead_lettered")
     assert dead == ["SCAN inbox USING INDEX inbox_dead"], dead
+
+
+@pytest.mark.sqlite_only("EXPLAIN QUERY PLAN: SQLite's planner and its partial indexes")
+async def test_counts_read_the_live_index_and_the_tallies_never_the_history(
+    sql_store: RowStore,
+) -> None:
+    """``inbox counts`` (and the notebook's monitor, every 2 s) grouped every row of the
+    inbox with its turn: 0.36 s at 200,000 rows, growing with the history. It counts the
+    live rows from their partial index and reads the finished ones' tallies (v28)."""
+    inbox = sql_store.inbox
+    await inbox.accept([envelope(f"k-{n}") for n in range(6)], None, now=NOW)
+    claimed = await inbox.claim(owner="w", now=NOW, lease_s=60.0, limit=3, max_attempts=5)
+    for item in claimed[:2]:
+        await inbox.complete(item.inbound_id, item.claim_token, InboundResult("ignored"), now=NOW)
+
+    def run(conn: Any) -> list[str]:
+        seen: list[str] = []
+        conn.set_trace_callback(seen.append)
+        try:
+            inbox_rows.channel_counts(conn)
+        finally:
+            conn.set_trace_callback(None)
+        return [str(row[3]) for row in conn.execute(f"EXPLAIN QUERY PLAN {seen[-1]}")]
+
+    steps = await sql_store.read(run)
+    reads = [step for step in steps if step.startswith(("SCAN", "SEARCH"))]
+    assert reads == [
+        "SCAN inbox USING INDEX inbox_due",
+        "SCAN inbox_tallies",
+        "SCAN inbox_tally_deltas",
+        "SCAN q",
+    ], steps
+    (counts,) = await inbox.counts()
+    assert (counts.ready, counts.claimed, counts.completed) == (3, 1, 2)

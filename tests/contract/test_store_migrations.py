@@ -19,6 +19,7 @@ from hostkit.store import (
     Admitted,
     LeaseOwner,
     Migration,
+    RowStore,
     RuntimeStore,
     SessionBusy,
     TurnAdmission,
@@ -43,6 +44,7 @@ from tests.contract._store_adapters import (
     seed_before_search_words,
     seed_memory_before_provenance,
 )
+from tests.contract._tally_history import assert_tallies_seeded, seed_before_tallies
 from tests.support import file_bytes
 
 pytestmark = pytest.mark.anyio
@@ -790,3 +792,15 @@ async def test_v27_indexes_every_old_item_by_the_words_both_engines_match(db_pat
             lambda c: c.execute("INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')")
         )
         await assert_search_words_backfilled(store, ids)
+
+
+@pytest.mark.sqlite_only("a v27 SQLite file built from a prefix of the SQLite migrations")
+async def test_v28_tallies_every_old_finished_row_as_the_old_counts_did(db_path: Path) -> None:
+    """The tallies are seeded from the rows already there, so the counts after the
+    upgrade are those the statements that read every row gave, and stay exact after."""
+    async with await RuntimeStore.open(db_path, migrations=MIGRATIONS[:27]) as store:
+        assert isinstance(store, RowStore)
+        before = await seed_before_tallies(store)
+    async with await RuntimeStore.open(db_path) as store:
+        assert (store.migration.from_version, store.migration.to_version) == (27, SCHEMA_VERSION)
+        await assert_tallies_seeded(store, before)

@@ -38,6 +38,7 @@ import pytest
 from hostkit.errors import MigrationError
 from hostkit.store import (
     Migration,
+    RowStore,
     RuntimeStore,
     WaitLimit,
     _pg_backup,
@@ -64,6 +65,7 @@ from tests.contract._store_adapters import (
     seed_before_search_words,
     seed_memory_before_provenance,
 )
+from tests.contract._tally_history import assert_tallies_seeded, seed_before_tallies
 from tests.postgres import HOSTKIT_TEMPLATE, PostgresCluster
 
 pytestmark = pytest.mark.anyio
@@ -839,3 +841,16 @@ async def test_v14_indexes_every_old_item_by_the_words_both_engines_match(
     async with RuntimeStore.open_postgres(url) as store:
         assert store.migration == PgMigrationReport(13, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
         await assert_search_words_backfilled(store, ids)
+
+
+async def test_v15_tallies_every_old_finished_row_as_the_old_counts_did(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """The twin of SQLite's v28: the tallies seeded from the rows, the counts kept."""
+    url = await postgres_cluster.create_database()
+    async with RuntimeStore.open_postgres(url, migrations=PG_MIGRATIONS[:14]) as store:
+        assert isinstance(store, RowStore)
+        before = await seed_before_tallies(store)
+    async with RuntimeStore.open_postgres(url) as store:
+        assert store.migration == PgMigrationReport(14, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
+        await assert_tallies_seeded(store, before)
