@@ -22,8 +22,10 @@ from hostkit.store._schema import (
     LAST_ACTIVITY,
     MEMORY_SEARCH_WORDS,
     TALLY_FOLD,
+    TALLY_UNANSWERED,
     TURN_COUNT,
     Migration,
+    unanswered_inbound,
 )
 
 __all__ = ["INBOX_CHANNEL", "PG_MIGRATIONS", "PG_SCHEMA_VERSION"]
@@ -648,18 +650,9 @@ _V14_MEMORY_WORDS = Migration(
     backfill=MEMORY_SEARCH_WORDS,
 )
 
-_PG_UNANSWERED = "('lost', 'failed', 'cancelled', 'indeterminate')"
 # The advisory lock class of the tallies' fold ("hktl"), apart from the writer's, the
 # migration's and the conversations' ("hkcv") locks.
 _TALLY_LOCKS = 0x686B746C
-
-
-def _pg_unanswered(row: str) -> str:
-    """SQL true when inbox row ``row`` (``OLD``/``NEW``) counts as ``unanswered``."""
-    return (
-        f"{row}.state = 'completed' AND {row}.result_kind = 'turn' AND EXISTS ("
-        f"SELECT 1 FROM turns t WHERE t.turn_id = {row}.turn_id AND t.status IN {_PG_UNANSWERED})"
-    )
 
 
 _V15_TALLIES = Migration(
@@ -698,7 +691,7 @@ _V15_TALLIES = Migration(
             SELECT i.channel_instance_id, 'unanswered', COUNT(*) FROM inbox i
             JOIN turns t ON t.turn_id = i.turn_id
             WHERE i.state = 'completed' AND i.result_kind = 'turn'
-                AND t.status IN {_PG_UNANSWERED}
+                AND t.status IN {TALLY_UNANSWERED}
             GROUP BY i.channel_instance_id""",
         """INSERT INTO outbox_tallies (status, n)
             SELECT status, COUNT(*) FROM outbox WHERE status IN ('delivered', 'dead_lettered')
@@ -712,14 +705,14 @@ _V15_TALLIES = Migration(
                     SELECT OLD.channel_instance_id, OLD.state, -1
                         WHERE OLD.state IN ('completed', 'dead_lettered')
                     UNION ALL SELECT OLD.channel_instance_id, 'unanswered', -1
-                        WHERE {_pg_unanswered("OLD")};
+                        WHERE {unanswered_inbound("OLD")};
             END IF;
             IF TG_OP IN ('UPDATE', 'INSERT') THEN
                 INSERT INTO inbox_tally_deltas (channel_instance_id, state, n)
                     SELECT NEW.channel_instance_id, NEW.state, 1
                         WHERE NEW.state IN ('completed', 'dead_lettered')
                     UNION ALL SELECT NEW.channel_instance_id, 'unanswered', 1
-                        WHERE {_pg_unanswered("NEW")};
+                        WHERE {unanswered_inbound("NEW")};
             END IF;
             RETURN NULL;
         END
@@ -742,23 +735,23 @@ _V15_TALLIES = Migration(
             INSERT INTO inbox_tally_deltas (channel_instance_id, state, n)
                 SELECT channel_instance_id, 'unanswered', -COUNT(*) FROM inbox
                 WHERE turn_id = OLD.turn_id AND result_kind = 'turn' AND state = 'completed'
-                    AND OLD.status IN {_PG_UNANSWERED}
+                    AND OLD.status IN {TALLY_UNANSWERED}
                 GROUP BY channel_instance_id;
             IF TG_OP = 'UPDATE' THEN
                 INSERT INTO inbox_tally_deltas (channel_instance_id, state, n)
                     SELECT channel_instance_id, 'unanswered', COUNT(*) FROM inbox
                     WHERE turn_id = NEW.turn_id AND result_kind = 'turn' AND state = 'completed'
-                        AND NEW.status IN {_PG_UNANSWERED}
+                        AND NEW.status IN {TALLY_UNANSWERED}
                     GROUP BY channel_instance_id;
             END IF;
             RETURN NULL;
         END
         $$""",
         f"""CREATE TRIGGER turns_tally_au AFTER UPDATE OF turn_id, status ON turns
-        FOR EACH ROW WHEN (OLD.status IN {_PG_UNANSWERED} OR NEW.status IN {_PG_UNANSWERED})
+        FOR EACH ROW WHEN (OLD.status IN {TALLY_UNANSWERED} OR NEW.status IN {TALLY_UNANSWERED})
         EXECUTE FUNCTION hostkit_turn_tally()""",
         f"""CREATE TRIGGER turns_tally_ad AFTER DELETE ON turns
-        FOR EACH ROW WHEN (OLD.status IN {_PG_UNANSWERED})
+        FOR EACH ROW WHEN (OLD.status IN {TALLY_UNANSWERED})
         EXECUTE FUNCTION hostkit_turn_tally()""",
         """CREATE FUNCTION hostkit_outbox_tally() RETURNS trigger
         LANGUAGE plpgsql AS $$

@@ -19,9 +19,11 @@ __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "TALLY_FOLD",
+    "TALLY_UNANSWERED",
     "TURN_COUNT",
     "Backfill",
     "Migration",
+    "unanswered_inbound",
 ]
 
 # PRAGMA application_id: "hkit". A non-empty database with another id is not ours.
@@ -1162,17 +1164,18 @@ _V27_MEMORY_WORDS = Migration(
 # turn outcomes that answered nothing (``UNANSWERED_OUTCOMES`` when v28 landed).
 _TALLIED_STATES = "('completed', 'dead_lettered')"
 _TALLIED_STATUSES = "('delivered', 'dead_lettered')"
-_UNANSWERED = "('lost', 'failed', 'cancelled', 'indeterminate')"
+TALLY_UNANSWERED = "('lost', 'failed', 'cancelled', 'indeterminate')"
 # Deltas folded into the tallies each time this many were written: a count reads at most
 # about this many delta rows besides the tallies, however long the history.
 TALLY_FOLD = 1024
 
 
-def _unanswered(row: str) -> str:
-    """SQL true when inbox row ``row`` (``old``/``new``) counts as ``unanswered``."""
+def unanswered_inbound(row: str) -> str:
+    """SQL true when inbox row ``row`` (``old``/``new``; ``OLD``/``NEW`` in PostgreSQL's
+    trigger functions) counts as ``unanswered``."""
     return (
         f"{row}.state = 'completed' AND {row}.result_kind = 'turn' AND EXISTS ("
-        f"SELECT 1 FROM turns t WHERE t.turn_id = {row}.turn_id AND t.status IN {_UNANSWERED})"
+        f"SELECT 1 FROM turns t WHERE t.turn_id = {row}.turn_id AND t.status IN {TALLY_UNANSWERED})"
     )
 
 
@@ -1218,7 +1221,8 @@ _V28_TALLIES = Migration(
         f"""INSERT INTO inbox_tallies (channel_instance_id, state, n)
             SELECT i.channel_instance_id, 'unanswered', COUNT(*) FROM inbox i
             JOIN turns t ON t.turn_id = i.turn_id
-            WHERE i.state = 'completed' AND i.result_kind = 'turn' AND t.status IN {_UNANSWERED}
+            WHERE i.state = 'completed' AND i.result_kind = 'turn'
+                AND t.status IN {TALLY_UNANSWERED}
             GROUP BY i.channel_instance_id""",
         f"""INSERT INTO outbox_tallies (status, n)
             SELECT status, COUNT(*) FROM outbox WHERE status IN {_TALLIED_STATUSES}
@@ -1231,7 +1235,7 @@ _V28_TALLIES = Migration(
             INSERT INTO inbox_tally_deltas (channel_instance_id, state, n)
                 SELECT new.channel_instance_id, new.state, 1
                 UNION ALL SELECT new.channel_instance_id, 'unanswered', 1
-                    WHERE {_unanswered("new")};
+                    WHERE {unanswered_inbound("new")};
         END""",
         f"""CREATE TRIGGER inbox_tally_au
             AFTER UPDATE OF channel_instance_id, state, result_kind, turn_id ON inbox
@@ -1241,32 +1245,32 @@ _V28_TALLIES = Migration(
                 UNION ALL SELECT new.channel_instance_id, new.state, 1
                     WHERE new.state IN {_TALLIED_STATES}
                 UNION ALL SELECT old.channel_instance_id, 'unanswered', -1
-                    WHERE {_unanswered("old")}
+                    WHERE {unanswered_inbound("old")}
                 UNION ALL SELECT new.channel_instance_id, 'unanswered', 1
-                    WHERE {_unanswered("new")};
+                    WHERE {unanswered_inbound("new")};
         END""",
         f"""CREATE TRIGGER inbox_tally_ad AFTER DELETE ON inbox
             WHEN old.state IN {_TALLIED_STATES} BEGIN
             INSERT INTO inbox_tally_deltas (channel_instance_id, state, n)
                 SELECT old.channel_instance_id, old.state, -1
                 UNION ALL SELECT old.channel_instance_id, 'unanswered', -1
-                    WHERE {_unanswered("old")};
+                    WHERE {unanswered_inbound("old")};
         END""",
         # A completed inbound counts as unanswered by its turn's outcome, which is set once.
         f"""CREATE TRIGGER turns_tally_au AFTER UPDATE OF turn_id, status ON turns
-            WHEN (old.status IN {_UNANSWERED}) OR (new.status IN {_UNANSWERED}) BEGIN
+            WHEN (old.status IN {TALLY_UNANSWERED}) OR (new.status IN {TALLY_UNANSWERED}) BEGIN
             INSERT INTO inbox_tally_deltas (channel_instance_id, state, n)
                 SELECT channel_instance_id, 'unanswered', -COUNT(*) FROM inbox
                 WHERE turn_id = old.turn_id AND result_kind = 'turn' AND state = 'completed'
-                    AND old.status IN {_UNANSWERED}
+                    AND old.status IN {TALLY_UNANSWERED}
                 GROUP BY channel_instance_id
                 UNION ALL SELECT channel_instance_id, 'unanswered', COUNT(*) FROM inbox
                 WHERE turn_id = new.turn_id AND result_kind = 'turn' AND state = 'completed'
-                    AND new.status IN {_UNANSWERED}
+                    AND new.status IN {TALLY_UNANSWERED}
                 GROUP BY channel_instance_id;
         END""",
         f"""CREATE TRIGGER turns_tally_ad AFTER DELETE ON turns
-            WHEN old.status IN {_UNANSWERED} BEGIN
+            WHEN old.status IN {TALLY_UNANSWERED} BEGIN
             INSERT INTO inbox_tally_deltas (channel_instance_id, state, n)
                 SELECT channel_instance_id, 'unanswered', -COUNT(*) FROM inbox
                 WHERE turn_id = old.turn_id AND result_kind = 'turn' AND state = 'completed'

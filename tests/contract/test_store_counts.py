@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from hostkit.store import RowStore, RuntimeStore
-from hostkit.store._schema import _UNANSWERED, TALLY_FOLD
+from hostkit.store._schema import TALLY_FOLD, TALLY_UNANSWERED
 from hostkit.types import UNANSWERED_OUTCOMES, InboundEnvelope, InboundFailure, InboundResult
 from tests.contract._delivery_adapters import ROUTE
 from tests.contract._tally_history import NOW, RandomHistory, counted, recount
@@ -36,7 +36,7 @@ async def scalar(store: RowStore, sql: str) -> Any:
 def test_the_tallies_count_todays_unanswered_outcomes() -> None:
     """The triggers spell the outcomes out (a migration is never edited): a new one
     needs a migration of its own."""
-    assert str(UNANSWERED_OUTCOMES) == _UNANSWERED
+    assert str(UNANSWERED_OUTCOMES) == TALLY_UNANSWERED
 
 
 @pytest.mark.parametrize("seed", [1, 2])
