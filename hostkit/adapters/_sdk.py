@@ -189,7 +189,11 @@ class SdkProvider(ProviderBase, Generic[ClientT]):
 
     @abstractmethod
     def _build_client(self) -> ClientT:
-        """Construct the SDK client (in a worker thread); raise ``ConfigError`` if it cannot."""
+        """Construct the SDK client (in a worker thread); raise ``ConfigError`` if it cannot.
+
+        What the SDK imports only at its first request is imported here too: there,
+        on the event loop, it would stall every other session.
+        """
 
     @abstractmethod
     def _status_detail(self, exc: Any) -> str:

@@ -14,6 +14,8 @@ read.
 from __future__ import annotations
 
 import base64
+import contextlib
+import importlib
 import os
 import re
 from typing import Any
@@ -48,6 +50,8 @@ ANTHROPIC_ATTACHMENTS = AttachmentSupport(
 )
 
 _PLACEHOLDER_KEY = "not-needed"
+# What the SDK imports at its first request to put trace context in the request headers.
+_TRACE_PROPAGATION = "opentelemetry.propagate"
 # Events that only keep a stream open (the SDK yields them, though its event union omits them).
 _KEEP_ALIVE_EVENTS = frozenset({"ping"})
 # The API's usage fields, by the names the shared draft counts them under.
@@ -109,7 +113,7 @@ class AnthropicProvider(SdkModelProvider[anthropic.AsyncAnthropic, RawMessageStr
         self._secret = api_key or self._auth_token or ""
 
     def _build_client(self) -> anthropic.AsyncAnthropic:
-        return anthropic.AsyncAnthropic(
+        client = anthropic.AsyncAnthropic(
             api_key=self._api_key,
             auth_token=self._auth_token,
             base_url=self._base_url,
@@ -117,6 +121,13 @@ class AnthropicProvider(SdkModelProvider[anthropic.AsyncAnthropic, RawMessageStr
             max_retries=0,
             http_client=bounded_client(anthropic.DefaultAsyncHttpxClient),
         )
+        # The SDK's first request imports OpenTelemetry's propagators, which look up the
+        # installed distributions' entry points (tens of ms): here, in the worker thread,
+        # not on the event loop. The SDK tolerates any failure of that import (it says so
+        # at its first request), and so does this.
+        with contextlib.suppress(Exception):
+            importlib.import_module(_TRACE_PROPAGATION)
+        return client
 
     def _endpoint(self, client: anthropic.AsyncAnthropic) -> Any:
         return client.messages

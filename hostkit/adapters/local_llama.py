@@ -61,6 +61,8 @@ from hostkit.errors import ConfigError, HostkitError, ProviderError, UserError
 from hostkit.types import NO_ATTACHMENTS, ModelLimits
 
 if TYPE_CHECKING:
+    import httpx
+
     from hostkit.adapters.openai_chat import OpenAIChatProvider
     from hostkit.context import TokenizerEstimator
     from hostkit.providers import RetryPolicy
@@ -188,8 +190,6 @@ class LocalModel:
         # here, off the event loop. Without the SDK, provider() raises as it always did.
         with suppress(ImportError):
             await anyio.to_thread.run_sync(importlib.import_module, _ADAPTER_MODULE)
-        # The health poll's HTTP client too (a core dependency, loaded on first use).
-        await anyio.to_thread.run_sync(importlib.import_module, "httpx")
         config = {
             "model_path": str(path),
             "alias": path.stem,
@@ -377,10 +377,12 @@ class LocalModel:
         return str(answer["address"]).rstrip("/")
 
     async def _poll_health(self) -> None:
-        import httpx  # with the first model served: the config's limits above need none
+        # Its first build imports httpcore and h11, and every build reads the certificate
+        # store (tens of ms each): in a worker thread, not on the event loop.
+        client = await anyio.to_thread.run_sync(_health_client)
+        import httpx  # loaded by _health_client
 
-        # trust_env=False: a proxy from the environment must never see loopback traffic.
-        async with httpx.AsyncClient(trust_env=False, timeout=HEALTH_REQUEST_TIMEOUT_S) as client:
+        async with client:
             while True:
                 if self._process.returncode is not None:
                     raise await self._startup_failure("it exited while loading the model")
@@ -422,3 +424,12 @@ def _kill_group(process: Process) -> None:
             os.killpg(process.pid, signal.SIGKILL)
     elif process.returncode is None:
         process.kill()
+
+
+def _health_client() -> httpx.AsyncClient:
+    """The health poll's HTTP client (blocking: a worker thread). httpx loads with the
+    first model served: the config's limits need none."""
+    import httpx
+
+    # trust_env=False: a proxy from the environment must never see loopback traffic.
+    return httpx.AsyncClient(trust_env=False, timeout=HEALTH_REQUEST_TIMEOUT_S)

@@ -123,6 +123,9 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
         # OpenAI's reasoning models reject max_tokens; compatible servers may not know the new name.
         if client.base_url.host == _OPENAI_HOST:
             self._max_tokens_key = "max_completion_tokens"
+        # The SDK imports its chat resources at their first use (tens of ms): here, in the
+        # worker thread, not at the first request on the event loop.
+        self._endpoint(client)
         return client
 
     def _endpoint(self, client: openai.AsyncOpenAI) -> Any:

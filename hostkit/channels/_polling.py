@@ -162,7 +162,10 @@ class TelegramPoller:
         if self._client is not None:
             yield self._client
             return
-        async with httpx.AsyncClient() as client:
+        # Its first build imports httpcore and h11, and every build reads the certificate
+        # store (tens of ms each): in a worker thread, not on the loop the daemon serves on.
+        client = await anyio.to_thread.run_sync(httpx.AsyncClient)
+        async with client:
             yield client
 
     async def _load(self) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from hostkit._lazy import load_off_loop
 from hostkit.cores._manifest import CoreManifest, manifest_error, manifest_with_lines
 from hostkit.errors import ConfigError, bounded
 from hostkit.store import CoreStore
@@ -101,7 +102,9 @@ async def load_core(location: CoreLocation, revision: str, *, cores_root: Path) 
     """
     if not is_core_id(location.core_id):
         raise ConfigError(f"{bounded(location.core_id, 80)!r} is not a core id")
-    from hostkit.cores._repository import CoreRepository  # dulwich loads with a core
+    # dulwich loads with a core, off the event loop (its first import takes tens of ms).
+    await load_off_loop("hostkit.cores._repository")
+    from hostkit.cores._repository import CoreRepository
 
     repository = await CoreRepository.open(location.path)
     revision = await repository.resolve(revision)

@@ -20,6 +20,7 @@ from typing import get_args
 import anyio
 import pydantic
 
+from hostkit._lazy import load_off_loop
 from hostkit.cores import (
     BUILTIN_RULES,
     CoreLocation,
@@ -98,7 +99,9 @@ async def compose_cores(
                     f"core {core_id!r} has no live revision; run `{_promote_command(core_id)}`"
                 )
             agents[core_id] = compile_core(config, core)
-            from hostkit.cores import heal_mirror  # dulwich loads with a configured core
+            # With the registry that Host.cores (a property, so on the loop) builds.
+            await load_off_loop("hostkit.cores._mirror", "hostkit.cores._registry")
+            from hostkit.cores import heal_mirror
 
             healed = await heal_mirror(location, core.revision)
             if healed is not None:

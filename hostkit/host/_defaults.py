@@ -18,6 +18,7 @@ import anyio
 from anyio.abc import AsyncResource
 
 from hostkit._extras import missing_dependency, require_extra
+from hostkit._lazy import load_off_loop
 from hostkit.adapters import NO_API_KEY, unset_default_key
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel, ScriptStep
 from hostkit.builtins.files import WorkspaceScope, workspace_tools
@@ -374,7 +375,9 @@ class DefaultToolSource:
             )
             add("builtin:files", [t for t in workspace_tools(scope) if t.name in agent.builtins])
         if "web.extract" in agent.builtins:
-            from hostkit.builtins.web import web_tools  # fetching loads only for an agent that does
+            # Fetching (httpx, httpcore) loads only for an agent that fetches, off the loop.
+            await load_off_loop("hostkit.builtins.web._web")
+            from hostkit.builtins.web import web_tools
 
             add(
                 "builtin:web",

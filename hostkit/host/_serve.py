@@ -27,7 +27,6 @@ for its imports.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -38,6 +37,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from hostkit._background import Background
+from hostkit._lazy import load_off_loop
 from hostkit._store_health import StoreHealth
 from hostkit.channels import short_secret
 from hostkit.daemon import (
@@ -359,7 +359,7 @@ class HostDaemon(Background):
         binds if this was not called.
         """
         if self._server is None:
-            await anyio.to_thread.run_sync(_load_serving_stack)
+            await load_off_loop(*_SERVING_STACK)
             from hostkit.host._serve_http import DrainGate, WebhookServer, bind_listener
 
             sock = bind_listener(self.listen, self.port)
@@ -502,13 +502,6 @@ class HostDaemon(Background):
             registry.register("reload", self.watcher)
         registry.register("webhooks", server, linger=True)
         return registry
-
-
-def _load_serving_stack() -> None:
-    """Import what serving runs on (blocking: a worker thread). Loaded, the names are
-    taken from ``sys.modules`` where they are used, at no further cost."""
-    for module in _SERVING_STACK:
-        importlib.import_module(module)
 
 
 def _restart_note(outcome: ReloadOutcome) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import anyio.to_thread
 
+from hostkit._lazy import load_off_loop
 from hostkit.builtins.mcp._launch import plan_launch
 from hostkit.builtins.process import DEFAULT_ENV_ALLOWLIST, SandboxPolicy
 from hostkit.builtins.web import UrlPolicy
@@ -28,11 +28,6 @@ _SDK_MODULES = (
     "hostkit.builtins.mcp._http",
     "hostkit.builtins.mcp._stdio",
 )
-
-
-def _import_sdk() -> None:
-    for name in _SDK_MODULES:
-        importlib.import_module(name)
 
 
 _UNSANDBOXED_NOTE = 'UNSANDBOXED (sandbox = "none"): the MCP server runs with the Host\'s rights.'
@@ -102,7 +97,7 @@ class McpClientConnector:
         (all ``UserError``) before anything starts, ``McpConnectFailed`` when
         the server did not come up. The caller's deadline cancels it cleanly.
         """
-        await anyio.to_thread.run_sync(_import_sdk)
+        await load_off_loop(*_SDK_MODULES)
         from hostkit.builtins.mcp._connection import ClientConnection
         from hostkit.builtins.mcp._http import HttpLink
         from hostkit.builtins.mcp._stdio import StdioLink
