@@ -43,6 +43,7 @@ from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration
 from hostkit.store._pg_backup import dump_and_verify
 from hostkit.store._pg_clock import SERVER_CLOCK, ClockSample, ServerClock, local_reading
 from hostkit.store._pg_connection import (
+    CLIENT_KEEPALIVES,
     SET_LOCK_TIMEOUT,
     WRITE_LOCK,
     PgConnection,
@@ -91,18 +92,8 @@ _REFUSED_SLICE_S = 0.25
 # is given up instead, and the next checkout that finds no connection grows the pool
 # again with an immediate try: a restarted server is used again within a few seconds.
 _RECONNECT_GIVE_UP_S = 4.0
-# What libpq does about a peer that vanished (a dead machine, a partition): probe an idle
-# connection after 5 s, give it up after 3 unanswered probes 2 s apart, or when sent
-# data stays unacknowledged for 15 s. (A frozen server still acknowledges: the deadline
-# of each call covers that case.)
-_KEEPALIVES: dict[str, int] = {
-    "keepalives": 1,
-    "keepalives_idle": 5,
-    "keepalives_interval": 2,
-    "keepalives_count": 3,
-    "tcp_user_timeout": 15_000,
-}
-# The same, done by the server for its side of each connection (session settings).
+# CLIENT_KEEPALIVES (_pg_connection), done by the server for its side of each connection
+# (session settings).
 _SERVER_KEEPALIVES: dict[str, int] = {
     "tcp_keepalives_idle": 5,
     "tcp_keepalives_interval": 2,
@@ -312,7 +303,7 @@ class PgStore(RowStore):
                 "connect_timeout": max(1, int(connect_timeout_s)),
                 "options": options,
                 "application_name": "hostkit",
-                **_KEEPALIVES,
+                **CLIENT_KEEPALIVES,
             },
             configure=configure,
             open=False,
@@ -330,6 +321,9 @@ class PgStore(RowStore):
                     connect_timeout=max(1, int(connect_timeout_s)),
                     options=options,
                     application_name="hostkit-migrate",
+                    # Its waits (another Host's upgrade: up to 900 s) must end on a
+                    # partition too, not at the kernel's two-hour keepalive.
+                    **CLIENT_KEEPALIVES,
                 )
             except psycopg.Error as exc:
                 raise _unreachable(location, connect_timeout_s, exc) from exc

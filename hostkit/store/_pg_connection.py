@@ -33,6 +33,7 @@ from hostkit.errors import StoreError, bounded
 from hostkit.store._pg_translate import ends_transaction, translate
 
 __all__ = [
+    "CLIENT_KEEPALIVES",
     "SET_LOCK_TIMEOUT",
     "WRITE_LOCK",
     "PgConnection",
@@ -41,6 +42,21 @@ __all__ = [
     "first_line",
     "pg_row",
 ]
+
+# What libpq does about a peer that vanished (a dead machine, a partition), on every
+# connection the store opens (the pool's, the migration's, LISTEN's): probe an idle
+# connection after 5 s, give it up after 3 unanswered probes 2 s apart, or when sent
+# data stays unacknowledged for 15 s. (A frozen server still acknowledges: the deadline
+# of each call covers that case.)
+CLIENT_KEEPALIVES: Mapping[str, Any] = MappingProxyType(
+    {
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 15_000,
+    }
+)
 
 # pg_advisory lock key of the store's writers: "hkwr". Every write transaction holds it
 # shared; a write that keeps losing serialisation races runs once more holding it alone.

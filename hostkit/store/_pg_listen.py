@@ -16,6 +16,8 @@ from typing import Any
 import anyio
 import psycopg
 
+from hostkit.store._pg_connection import CLIENT_KEEPALIVES
+
 __all__ = ["listen"]
 
 _RECONNECT_MAX_S = 5.0
@@ -33,11 +35,9 @@ async def listen(
                 autocommit=True,
                 connect_timeout=max(1, int(connect_timeout_s)),
                 application_name="hostkit-listen",
-                # A silently dropped connection (a NAT timeout) is noticed and reopened.
-                keepalives=1,
-                keepalives_idle=30,
-                keepalives_interval=10,
-                keepalives_count=3,
+                # A silently dropped connection (a NAT timeout, a partition) is noticed
+                # and reopened.
+                **CLIENT_KEEPALIVES,
             )
             async with conn:
                 await conn.execute(f"LISTEN {channel}")

@@ -1017,3 +1017,53 @@ async def test_a_database_that_does_not_store_utf8_is_refused_before_its_schema(
         await admin(
             postgres_cluster.url(), f'DROP DATABASE "{name}_{encoding.lower()}" WITH (FORCE)'
         )
+
+
+def _socket_keepalives(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> tuple:
+    """What the kernel will do about this connection's peer vanishing: (keepalive on, idle
+    seconds before the first probe, unacknowledged milliseconds before giving up)."""
+    with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+        return (
+            sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0,
+            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT),
+        )
+
+
+async def test_every_connection_the_store_opens_gives_up_on_a_vanished_server_in_seconds(
+    postgres_cluster: PostgresCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition drops packets silently: a connection without keepalives waits for the
+    kernel's default, two hours, and the migration's (which waits up to 900 s for another
+    Host's upgrade, then migrates) had none. The pool's, the migration's and LISTEN's
+    connections each probe after 5 s of silence and give up after 15 s unacknowledged."""
+    url = await database(postgres_cluster)
+    seen: dict[str, tuple] = {}
+    sync_connect = psycopg.Connection.connect.__func__  # type: ignore[attr-defined]
+    async_connect = psycopg.AsyncConnection.connect.__func__  # type: ignore[attr-defined]
+
+    def record(conn: Any, name: object) -> None:
+        seen.setdefault(str(name), _socket_keepalives(conn))
+
+    def connecting(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        conn = sync_connect(cls, *args, **kwargs)
+        record(conn, kwargs.get("application_name"))
+        return conn
+
+    async def connecting_async(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        conn = await async_connect(cls, *args, **kwargs)
+        record(conn, kwargs.get("application_name"))
+        return conn
+
+    monkeypatch.setattr(psycopg.Connection, "connect", classmethod(connecting))
+    monkeypatch.setattr(psycopg.AsyncConnection, "connect", classmethod(connecting_async))
+    async with RuntimeStore.open_postgres(url) as store:
+        await store.read(lambda conn: conn.execute("SELECT 1").fetchone())  # type: ignore[attr-defined]
+        async with anyio.create_task_group() as group:
+            group.start_soon(store.watch_inbox, lambda: None)  # type: ignore[attr-defined]
+            with anyio.fail_after(10):
+                while "hostkit-listen" not in seen:  # noqa: ASYNC110 (set by the patched connect)
+                    await anyio.sleep(0.02)
+            group.cancel_scope.cancel()
+    assert set(seen) == {"hostkit", "hostkit-migrate", "hostkit-listen"}
+    assert all(found == (True, 5, 15_000) for found in seen.values()), seen
