@@ -165,8 +165,8 @@ def map_pg_error(exc: BaseException, action: str) -> StoreError | InvalidValue:
     """A bounded ``StoreError`` (``retryable`` from the SQLSTATE) or ``InvalidValue``."""
     if isinstance(exc, _Refused):
         return StoreError(
-            f"{action} failed: the database server refused new connections "
-            "(down, shutting down or out of connection slots)",
+            f"{action} failed: new connections to the database server fail (it is down, "
+            "unreachable, shutting down or out of connection slots)",
             retryable=True,
         )
     if isinstance(exc, PoolTimeout):
