@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -53,6 +54,15 @@ T = TypeVar("T")
 _log = logging.getLogger("hostkit.turns")
 _TAKEN_OVER = "the session was taken over by another Host (this Host's lease lapsed)"
 ON_REQUEST = "cancelled on request"
+_LAPSED_UNDER_EFFECT = (
+    "this Host could not renew its session lease while an effect ran (the database was "
+    "unreachable): the effect was stopped before another Host could take the session over"
+)
+# How long past the lease's lapse (on this Host's boot clock), in ttls, a running effect is
+# cut when renewals keep failing: another Host takes the session over no sooner than a ttl
+# after the lapse, and the renewal try in flight then may hold the cut back by a third of
+# one (its own bound), leaving the last third for the effect to stop.
+_EFFECT_CUT = 1 / 3
 
 Admission = AdmittedTurn | TurnState | SessionBusy
 
@@ -285,7 +295,8 @@ class LeaseHolder:
         _renewed(active, since, at)
 
     async def _heartbeat(self, active: ActiveTurn, on_lost: Callable[[ActiveTurn], None]) -> None:
-        """Renew now, then every ttl/3; stop the turn if it was lost or a cancel was recorded."""
+        """Renew now, then every ttl/3; stop the turn if it was lost or a cancel was recorded,
+        or if an effect still runs when another Host may soon take the session over."""
         pace = _pace(active.lease, self._store.now())
         said = _RenewalLog(active.context.turn_id)
         while True:
@@ -304,7 +315,20 @@ class LeaseHolder:
                 # Host takes the session over only a ttl after noticing the lapse). Should
                 # that happen, the next renewal says so and the fence refuses this turn's writes.
                 said.failed(exc)
-                await anyio.sleep(pace.failed(exc))
+                if _effect_left(active) <= 0:
+                    # This Host cannot tell an outage from a partition that cut only it off:
+                    # another Host may take the session over a ttl after the lapse, and an
+                    # effect still running here would act beside that Host's turn. It is
+                    # cut while no takeover can have begun (a model step rides it out).
+                    _log.warning(
+                        "turn %s: its session lease lapsed and could not be renewed while an "
+                        "effect ran: the effect is stopped before another Host can take the "
+                        "session over",
+                        active.context.turn_id,
+                    )
+                    active.stop(_LAPSED_UNDER_EFFECT, "host")
+                    return
+                await anyio.sleep(min(pace.failed(exc), _effect_left(active)))
             else:
                 said.renewed()
                 if cancel_requested:
@@ -418,6 +442,14 @@ def _renewed(active: ActiveTurn, since: float, at: float) -> None:
     the lease is held a ttl from then, on each clock."""
     active.held_until = since + active.lease.ttl_s
     active.held_expiry = at + active.lease.ttl_s
+
+
+def _effect_left(active: ActiveTurn) -> float:
+    """Seconds until an effect running now is cut (``_EFFECT_CUT`` past the lease's lapse,
+    at least 0); unbounded while no effect runs or the lapse is not known yet."""
+    if active.in_flight != "effect" or active.held_until is None:
+        return math.inf
+    return max(0.0, active.held_until + _EFFECT_CUT * active.lease.ttl_s - boot_clock())
 
 
 def _renewal_bound(lease: SessionLease) -> float:
