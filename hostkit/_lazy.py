@@ -38,8 +38,17 @@ async def load_off_loop(*modules: str) -> None:
     """Import ``modules`` on a worker thread, in order; once they are loaded, at no cost
     (no thread): callers then import them on the loop from ``sys.modules``. An
     ``ImportError`` propagates as the import's own."""
-    if not all(module in sys.modules for module in modules):
+    if not all(_loaded(module) for module in modules):
         await anyio.to_thread.run_sync(_import_all, modules)
+
+
+def _loaded(module: str) -> bool:
+    """Whether ``module`` finished loading: one is in ``sys.modules`` from the start of its
+    import, and importing it then (on the loop) would wait for another thread's import."""
+    found = sys.modules.get(module)
+    return found is not None and not getattr(
+        getattr(found, "__spec__", None), "_initializing", False
+    )
 
 
 def _import_all(modules: tuple[str, ...]) -> None:

@@ -22,10 +22,10 @@ from hostkit.store._schema import (
     LAST_ACTIVITY,
     MEMORY_SEARCH_WORDS,
     TALLY_FOLD,
-    TALLY_UNANSWERED,
     TURN_COUNT,
     Migration,
     unanswered_inbound,
+    unanswered_status,
 )
 
 __all__ = ["INBOX_CHANNEL", "PG_MIGRATIONS", "PG_SCHEMA_VERSION"]
@@ -663,6 +663,11 @@ _V15_TALLIES = Migration(
         # each insert their own delta row (no row two writers update: under SERIALIZABLE
         # one would fail and run again); the fold deletes the deltas committed when it
         # runs and adds exactly what it deleted, so two folds never count one twice.
+        # Hosts of the previous version write on meanwhile (an upgrade under load): a change
+        # committed after a seed's snapshot and before its trigger exists would be counted
+        # by neither. The lock waits for the writers in flight and holds new ones until the
+        # triggers exist (the migration's READ COMMITTED seeds then see every commit).
+        "LOCK TABLE inbox, outbox, turns IN SHARE ROW EXCLUSIVE MODE",
         """CREATE TABLE inbox_tallies (
             channel_instance_id TEXT NOT NULL,
             state TEXT NOT NULL,
@@ -691,7 +696,7 @@ _V15_TALLIES = Migration(
             SELECT i.channel_instance_id, 'unanswered', COUNT(*) FROM inbox i
             JOIN turns t ON t.turn_id = i.turn_id
             WHERE i.state = 'completed' AND i.result_kind = 'turn'
-                AND t.status IN {TALLY_UNANSWERED}
+                AND {unanswered_status("t.status")}
             GROUP BY i.channel_instance_id""",
         """INSERT INTO outbox_tallies (status, n)
             SELECT status, COUNT(*) FROM outbox WHERE status IN ('delivered', 'dead_lettered')
@@ -735,23 +740,23 @@ _V15_TALLIES = Migration(
             INSERT INTO inbox_tally_deltas (channel_instance_id, state, n)
                 SELECT channel_instance_id, 'unanswered', -COUNT(*) FROM inbox
                 WHERE turn_id = OLD.turn_id AND result_kind = 'turn' AND state = 'completed'
-                    AND OLD.status IN {TALLY_UNANSWERED}
+                    AND {unanswered_status("OLD.status")}
                 GROUP BY channel_instance_id;
             IF TG_OP = 'UPDATE' THEN
                 INSERT INTO inbox_tally_deltas (channel_instance_id, state, n)
                     SELECT channel_instance_id, 'unanswered', COUNT(*) FROM inbox
                     WHERE turn_id = NEW.turn_id AND result_kind = 'turn' AND state = 'completed'
-                        AND NEW.status IN {TALLY_UNANSWERED}
+                        AND {unanswered_status("NEW.status")}
                     GROUP BY channel_instance_id;
             END IF;
             RETURN NULL;
         END
         $$""",
         f"""CREATE TRIGGER turns_tally_au AFTER UPDATE OF turn_id, status ON turns
-        FOR EACH ROW WHEN (OLD.status IN {TALLY_UNANSWERED} OR NEW.status IN {TALLY_UNANSWERED})
+        FOR EACH ROW WHEN ({unanswered_status("OLD.status")} OR {unanswered_status("NEW.status")})
         EXECUTE FUNCTION hostkit_turn_tally()""",
         f"""CREATE TRIGGER turns_tally_ad AFTER DELETE ON turns
-        FOR EACH ROW WHEN (OLD.status IN {TALLY_UNANSWERED})
+        FOR EACH ROW WHEN ({unanswered_status("OLD.status")})
         EXECUTE FUNCTION hostkit_turn_tally()""",
         """CREATE FUNCTION hostkit_outbox_tally() RETURNS trigger
         LANGUAGE plpgsql AS $$

@@ -24,6 +24,7 @@ __all__ = [
     "Backfill",
     "Migration",
     "unanswered_inbound",
+    "unanswered_status",
 ]
 
 # PRAGMA application_id: "hkit". A non-empty database with another id is not ours.
@@ -1164,10 +1165,17 @@ _V27_MEMORY_WORDS = Migration(
 # turn outcomes that answered nothing (``UNANSWERED_OUTCOMES`` when v28 landed).
 _TALLIED_STATES = "('completed', 'dead_lettered')"
 _TALLIED_STATUSES = "('delivered', 'dead_lettered')"
-TALLY_UNANSWERED = "('lost', 'failed', 'cancelled', 'indeterminate')"
+TALLY_UNANSWERED = ("lost", "failed", "cancelled", "indeterminate")
 # Deltas folded into the tallies each time this many were written: a count reads at most
 # about this many delta rows besides the tallies, however long the history.
 TALLY_FOLD = 1024
+
+
+def unanswered_status(column: str) -> str:
+    """SQL true when ``column`` holds an outcome of ``TALLY_UNANSWERED``, as equalities: an
+    ``IN`` list of more than two values makes SQLite build a table at every run of a
+    trigger (60 µs for every turn's status update, the WHEN alone)."""
+    return "(" + " OR ".join(f"{column} = '{outcome}'" for outcome in TALLY_UNANSWERED) + ")"
 
 
 def unanswered_inbound(row: str) -> str:
@@ -1175,7 +1183,8 @@ def unanswered_inbound(row: str) -> str:
     trigger functions) counts as ``unanswered``."""
     return (
         f"{row}.state = 'completed' AND {row}.result_kind = 'turn' AND EXISTS ("
-        f"SELECT 1 FROM turns t WHERE t.turn_id = {row}.turn_id AND t.status IN {TALLY_UNANSWERED})"
+        f"SELECT 1 FROM turns t WHERE t.turn_id = {row}.turn_id "
+        f"AND {unanswered_status('t.status')})"
     )
 
 
@@ -1222,7 +1231,7 @@ _V28_TALLIES = Migration(
             SELECT i.channel_instance_id, 'unanswered', COUNT(*) FROM inbox i
             JOIN turns t ON t.turn_id = i.turn_id
             WHERE i.state = 'completed' AND i.result_kind = 'turn'
-                AND t.status IN {TALLY_UNANSWERED}
+                AND {unanswered_status("t.status")}
             GROUP BY i.channel_instance_id""",
         f"""INSERT INTO outbox_tallies (status, n)
             SELECT status, COUNT(*) FROM outbox WHERE status IN {_TALLIED_STATUSES}
@@ -1258,19 +1267,19 @@ _V28_TALLIES = Migration(
         END""",
         # A completed inbound counts as unanswered by its turn's outcome, which is set once.
         f"""CREATE TRIGGER turns_tally_au AFTER UPDATE OF turn_id, status ON turns
-            WHEN (old.status IN {TALLY_UNANSWERED}) OR (new.status IN {TALLY_UNANSWERED}) BEGIN
+            WHEN ({unanswered_status("old.status")}) OR ({unanswered_status("new.status")}) BEGIN
             INSERT INTO inbox_tally_deltas (channel_instance_id, state, n)
                 SELECT channel_instance_id, 'unanswered', -COUNT(*) FROM inbox
                 WHERE turn_id = old.turn_id AND result_kind = 'turn' AND state = 'completed'
-                    AND old.status IN {TALLY_UNANSWERED}
+                    AND {unanswered_status("old.status")}
                 GROUP BY channel_instance_id
                 UNION ALL SELECT channel_instance_id, 'unanswered', COUNT(*) FROM inbox
                 WHERE turn_id = new.turn_id AND result_kind = 'turn' AND state = 'completed'
-                    AND new.status IN {TALLY_UNANSWERED}
+                    AND {unanswered_status("new.status")}
                 GROUP BY channel_instance_id;
         END""",
         f"""CREATE TRIGGER turns_tally_ad AFTER DELETE ON turns
-            WHEN old.status IN {TALLY_UNANSWERED} BEGIN
+            WHEN {unanswered_status("old.status")} BEGIN
             INSERT INTO inbox_tally_deltas (channel_instance_id, state, n)
                 SELECT channel_instance_id, 'unanswered', -COUNT(*) FROM inbox
                 WHERE turn_id = old.turn_id AND result_kind = 'turn' AND state = 'completed'

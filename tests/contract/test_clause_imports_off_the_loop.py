@@ -10,10 +10,16 @@ already) under blockbuster, and lists what hostkit imported on the loop's thread
 
 from __future__ import annotations
 
+import importlib
+import itertools
+import sys
+import time
 from pathlib import Path
 
+import anyio
 import pytest
 
+from hostkit._lazy import load_off_loop
 from tests.cores_support import make_core
 from tests.loop_imports import run_fresh
 from tests.parts import local_model_missing, needs
@@ -279,3 +285,38 @@ async def test_a_telegram_poller_builds_its_http_client_off_the_loop() -> None:
 def _of(modules: list[str], packages: tuple[str, ...]) -> list[str]:
     """The ``modules`` that are one of ``packages`` or inside one."""
     return [m for m in modules if any(m == p or m.startswith(f"{p}.") for p in packages)]
+
+
+async def test_a_second_first_use_waits_for_the_load_in_progress_off_the_loop(
+    tmp_path: Path,
+) -> None:
+    """A module is in ``sys.modules`` from the start of its import: a second caller while
+    the first one's load runs waits for it off the loop too, never imports it on the loop
+    (that import would wait on the module's lock, holding the loop)."""
+    name = "hostkit_test_slow_module"
+    (tmp_path / f"{name}.py").write_text("import time\ntime.sleep(0.5)\nLOADED = True\n")
+    sys.path.insert(0, str(tmp_path))
+    ticks = [time.monotonic()]
+
+    async def ticker() -> None:
+        while True:
+            await anyio.sleep(0.01)
+            ticks.append(time.monotonic())
+
+    async def use() -> None:
+        await load_off_loop(name)
+        assert importlib.import_module(name).LOADED
+
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(ticker)
+                async with anyio.create_task_group() as users:
+                    users.start_soon(use)
+                    await anyio.sleep(0.1)  # the first load is under way
+                    users.start_soon(use)
+                group.cancel_scope.cancel()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(name, None)
+    assert max(b - a for a, b in itertools.pairwise(ticks)) < 0.2

@@ -49,6 +49,8 @@ from hostkit.store._pg_backup import dump_and_verify
 from hostkit.store._pg_migrate import PgMigrationReport
 from hostkit.store._pg_schema import PG_MIGRATIONS, PG_SCHEMA_VERSION
 from hostkit.store._sqlite import SqliteStore
+from hostkit.types import InboundEnvelope
+from tests.contract._delivery_adapters import ROUTE
 from tests.contract._session_history import (
     assert_session_activity_backfilled,
     seed_before_session_activity,
@@ -65,7 +67,13 @@ from tests.contract._store_adapters import (
     seed_before_search_words,
     seed_memory_before_provenance,
 )
-from tests.contract._tally_history import assert_tallies_seeded, seed_before_tallies
+from tests.contract._tally_history import (
+    NOW,
+    assert_tallies_seeded,
+    counted,
+    recount,
+    seed_before_tallies,
+)
 from tests.postgres import HOSTKIT_TEMPLATE, PostgresCluster
 
 pytestmark = pytest.mark.anyio
@@ -854,3 +862,49 @@ async def test_v15_tallies_every_old_finished_row_as_the_old_counts_did(
     async with RuntimeStore.open_postgres(url) as store:
         assert store.migration == PgMigrationReport(14, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
         await assert_tallies_seeded(store, before)
+
+
+async def test_v15_counts_what_a_host_of_v14_commits_while_it_upgrades(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """Hosts of the previous version write on while another upgrades: an inbound completed
+    and an intent delivered by a transaction open when the upgrade starts, and committed
+    while it runs, are in the counts (neither the seeds' snapshots nor a trigger saw them
+    before the upgrade locked the tables first)."""
+    url = await postgres_cluster.create_database()
+    async with RuntimeStore.open_postgres(url, migrations=PG_MIGRATIONS[:14]) as store:
+        envelope = InboundEnvelope(
+            channel_instance_id="chan.a",
+            platform_event_key="k1",
+            conversation_key="c",
+            principal_key="u",
+            authenticated_by="hmac",
+            received_at=NOW,
+            payload="hi",
+        )
+        await store.inbox.accept([envelope], None, now=NOW)
+        await store.delivery.reply(inbound_id="in-1", session_id="ses-1", route=ROUTE, text="hi")
+    older = await psycopg.AsyncConnection.connect(url)
+    try:
+        await older.execute(
+            "UPDATE inbox SET state = 'completed', due_at = NULL, result_kind = 'ignored', "
+            "claim_token = NULL, owner = NULL WHERE platform_event_key = 'k1'"
+        )
+        await older.execute("UPDATE outbox SET status = 'delivered', next_attempt_at = NULL")
+
+        async def commit_meanwhile() -> None:
+            await anyio.sleep(1.0)  # the upgrade has started: it waits for this writer
+            await older.commit()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(commit_meanwhile)
+            with anyio.fail_after(60):
+                async with RuntimeStore.open_postgres(url) as store:
+                    assert isinstance(store, RowStore)
+                    assert store.migration == PgMigrationReport(14, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
+                    inbox, delivery = await counted(store)
+                    assert (inbox, delivery) == await recount(store)
+    finally:
+        await older.close()
+    assert [(c.channel_instance_id, c.completed) for c in inbox] == [("chan.a", 1)]
+    assert delivery.delivered == 1
