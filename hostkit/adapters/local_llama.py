@@ -23,7 +23,6 @@ goes away when the Host dies without closing it.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import secrets
@@ -39,6 +38,7 @@ from typing import IO, TYPE_CHECKING, Any
 import anyio
 from anyio.abc import Process
 
+from hostkit._lazy import load_off_loop
 from hostkit.adapters._llama_child import EXIT_NO_WHEEL
 from hostkit.adapters._llama_setup import (
     MAX_CONTEXT_WINDOW,
@@ -189,7 +189,7 @@ class LocalModel:
         # provider() imports the OpenAI adapter; importing the SDK reads files, so do it
         # here, off the event loop. Without the SDK, provider() raises as it always did.
         with suppress(ImportError):
-            await anyio.to_thread.run_sync(importlib.import_module, _ADAPTER_MODULE)
+            await load_off_loop(_ADAPTER_MODULE)
         config = {
             "model_path": str(path),
             "alias": path.stem,

@@ -7,9 +7,9 @@ families (runtime-composition step 7): the seams below only know the protocols.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import ipaddress
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -86,8 +86,8 @@ async def _sdk_adapter(kind: str) -> type[OpenAIChatProvider | AnthropicProvider
     second to import, which would otherwise stall every turn on the loop.
     """
     module, name = _SDK_ADAPTERS[kind]
-    loaded = await anyio.to_thread.run_sync(importlib.import_module, module)
-    adapter: type[OpenAIChatProvider | AnthropicProvider] = getattr(loaded, name)
+    await load_off_loop(module)
+    adapter: type[OpenAIChatProvider | AnthropicProvider] = getattr(sys.modules[module], name)
     return adapter
 
 

@@ -64,8 +64,14 @@ if TYPE_CHECKING:
 
 __all__ = ["HostDaemon", "ServeStatus", "delivery_share"]
 
-# The modules that bring uvicorn, Starlette and httpx: loaded when a daemon binds.
-_SERVING_STACK = ("hostkit.host._serve_http", "hostkit.channels._app", "hostkit.channels._polling")
+# The modules that bring uvicorn, Starlette and httpx, loaded when a daemon binds, and the
+# one uvicorn's server loads as it starts (its config's lifespan = "off").
+_SERVING_STACK = (
+    "hostkit.host._serve_http",
+    "hostkit.channels._app",
+    "hostkit.channels._polling",
+    "uvicorn.lifespan.off",
+)
 
 _log = logging.getLogger("hostkit.serve")
 # Of the shutdown deadline, delivery keeps this fraction (at most _DELIVERY_SHARE_MAX_S

@@ -263,6 +263,9 @@ class WebhookServer:
         config = uvicorn.Config(
             self.gate,
             lifespan="off",
+            # Webhooks and probes are plain HTTP: no websocket protocol is loaded (on the
+            # loop, at start) or offered to a peer.
+            ws="none",
             log_config=None,
             access_log=False,
             server_header=False,

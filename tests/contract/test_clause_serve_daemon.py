@@ -17,7 +17,6 @@ import dataclasses
 import json
 import re
 import socket
-import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -38,6 +37,7 @@ from hostkit.testing import Reply, ScriptedModel, capabilities
 from hostkit.types import InboundEnvelope, InboundFailure, InboundResult, ModelRequest
 from tests.contract._daemons import Changes
 from tests.contract._delivery_hosts import configured_channels
+from tests.loop_imports import run_fresh
 from tests.platforms import WebhookReceiver
 from tests.support import SteppedMonotonic
 
@@ -361,13 +361,15 @@ async def test_an_address_it_cannot_bind_is_a_config_error(tmp_path: Path) -> No
         taken.close()
 
 
-# A fresh interpreter: in this worker an earlier test may have imported the stack already.
+# Run in a fresh interpreter (tests/loop_imports.py): what serving imported on the loop,
+# and which of the stack was loaded once the daemon was made and once it served.
 FRESH_SERVE = """
-import sys
+import json, sys
 import anyio
 from blockbuster import blockbuster_ctx
 from hostkit.host import Host, parse_config
 from hostkit.testing import Reply, ScriptedModel, capabilities
+from tests.loop_imports import imports_on_the_loop
 
 STACK = ("uvicorn", "starlette", "httpx")
 
@@ -381,11 +383,14 @@ async def main(root):
     }, base_dir=root)
     model = ScriptedModel([Reply("hi")], repeat_last=True)
     async with Host.open(config, capabilities=capabilities(model)) as host:
-        with blockbuster_ctx("hostkit"):
+        with imports_on_the_loop() as on_loop, blockbuster_ctx("hostkit"):
             daemon = host.serve(env={"HOOK_SECRET": "s" * 32})
-            print("made", [name for name in STACK if name in sys.modules])
+            made = [name for name in STACK if name in sys.modules]
             async with daemon:
-                print("serving", daemon.url is not None, [n for n in STACK if n in sys.modules])
+                listening = daemon.url is not None
+            served = [name for name in STACK if name in sys.modules]
+    print(json.dumps({"made": made, "served": served, "listening": listening,
+                      "on_loop": sorted(set(on_loop))}))
 
 anyio.run(main, sys.argv[1])
 """
@@ -393,16 +398,13 @@ anyio.run(main, sys.argv[1])
 
 async def test_serving_loads_its_stack_off_the_event_loop(tmp_path: Path) -> None:
     """``host.serve()`` on a notebook's loop: uvicorn, Starlette and httpx load when the
-    daemon binds, on a worker thread, so no import blocks the loop (blockbuster fails
-    the file reads an import on the loop makes)."""
-    with anyio.fail_after(60):
-        done = await anyio.run_process(
-            [sys.executable, "-c", FRESH_SERVE, str(tmp_path)], check=False
-        )
-    said = done.stdout.decode()
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    assert "made []" in said
-    assert "serving True ['uvicorn', 'starlette', 'httpx']" in said
+    daemon binds, on a worker thread, so no import of theirs blocks the loop."""
+    found = await run_fresh(FRESH_SERVE, str(tmp_path))
+    assert found["made"] == []
+    assert found["listening"] is True
+    assert found["served"] == ["uvicorn", "starlette", "httpx"]
+    on_loop = {name.partition(".")[0] for name in found["on_loop"]}
+    assert not on_loop & {"uvicorn", "starlette", "httpx", "httpcore", "h11"}, on_loop
 
 
 async def test_a_sender_revoked_by_a_reload_is_not_answered_for_messages_already_taken_in(
