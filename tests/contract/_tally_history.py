@@ -267,6 +267,16 @@ class RandomHistory:
         await self.store.write(lambda c: _insert_finished(c, inbound, outbound))
 
 
+async def insert_finished(store: RowStore, n: int, *, session_id: str) -> None:
+    """``n`` completed inbounds (no turn) and ``n`` delivered intents of ``session_id``,
+    in one transaction: a fold's worth of deltas without a claim each."""
+    inbound = [
+        (f"bulk-{i}", "chan.bulk", f"bulk-{i}", "completed", None, None, NOW) for i in range(n)
+    ]
+    outbound = [(f"out-{i}", f"bulk-inb-{i}", session_id, "delivered", NOW) for i in range(n)]
+    await store.write(lambda c: _insert_finished(c, inbound, outbound))
+
+
 def _insert_finished(
     conn: sqlite3.Connection, inbound: list[tuple[Any, ...]], outbound: list[tuple[Any, ...]]
 ) -> None:

@@ -20,7 +20,13 @@ from hostkit.store import RowStore, RuntimeStore
 from hostkit.store._schema import TALLY_FOLD, TALLY_UNANSWERED
 from hostkit.types import UNANSWERED_OUTCOMES, InboundEnvelope, InboundFailure, InboundResult
 from tests.contract._delivery_adapters import ROUTE
-from tests.contract._tally_history import NOW, RandomHistory, counted, recount
+from tests.contract._tally_history import (
+    NOW,
+    RandomHistory,
+    counted,
+    insert_finished,
+    recount,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -73,7 +79,10 @@ async def test_concurrent_claimers_leave_the_counts_exact(store: RuntimeStore) -
     """Workers completing, dead-lettering and delivering at once (on PostgreSQL, each in
     its own transaction on the pool) lose no delta and count none twice, across a fold."""
     assert isinstance(store, RowStore)
-    total = TALLY_FOLD + 100
+    # Most of a fold's worth of deltas first, so that the workers' own changes cross one.
+    bulk, total = TALLY_FOLD - 100, 240
+    session_id = await store.create_session(owner_kind="system", principal_id="suite")
+    await insert_finished(store, bulk, session_id=session_id)
     envelopes = [
         InboundEnvelope(
             channel_instance_id=f"chan.{n % 3}",
@@ -86,8 +95,7 @@ async def test_concurrent_claimers_leave_the_counts_exact(store: RuntimeStore) -
         )
         for n in range(total)
     ]
-    for start in range(0, total, 500):
-        await store.inbox.accept(envelopes[start : start + 500], None, now=NOW)
+    await store.inbox.accept(envelopes, None, now=NOW)
     for n in range(total):
         await store.delivery.reply(
             inbound_id=f"inb-{n}", session_id=f"session-{n % 40}", route=ROUTE, text="hi"
@@ -120,7 +128,7 @@ async def test_concurrent_claimers_leave_the_counts_exact(store: RuntimeStore) -
             workers.start_soon(delivery_worker, f"delivery-{n}")
     inbox, outbox = await counted(store)
     assert (inbox, outbox) == await recount(store)
-    assert sum(c.completed + c.dead_lettered for c in inbox) == total
-    assert (outbox.delivered, outbox.pending, outbox.sending) == (total, 0, 0)
+    assert sum(c.completed + c.dead_lettered for c in inbox) == bulk + total
+    assert (outbox.delivered, outbox.pending, outbox.sending) == (bulk + total, 0, 0)
     for table in ("inbox", "outbox"):
         assert await scalar(store, f"SELECT COUNT(*) FROM {table}_tallies") > 0
