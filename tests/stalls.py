@@ -58,9 +58,10 @@ def _settled_heap() -> Iterator[None]:
     a MiB message parsed into some hundred thousand more starts a full collection that
     walks them all, holding the loop 0.3 to 1 s (seen: 1.07 s) for garbage that is not
     the work's. A long-lived ``hostkit serve`` freezes its heap once it listens for the
-    same reason (``hostkit/cli/_serve.py`` ``settle_heap``).
+    same reason (``hostkit/cli/_serve.py`` ``settle_heap``). Frozen without a collection
+    first (that one would walk them all too, for each test): their garbage waits for
+    the unfreeze.
     """
-    gc.collect()
     gc.freeze()
     try:
         yield
