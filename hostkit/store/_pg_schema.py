@@ -22,6 +22,7 @@ from hostkit.store._schema import (
     LAST_ACTIVITY,
     MEMORY_SEARCH_WORDS,
     TALLY_FOLD,
+    TALLY_SEEDS,
     TURN_COUNT,
     Migration,
     unanswered_inbound,
@@ -689,18 +690,7 @@ _V15_TALLIES = Migration(
             status TEXT NOT NULL,
             n BIGINT NOT NULL
         )""",
-        """INSERT INTO inbox_tallies (channel_instance_id, state, n)
-            SELECT channel_instance_id, state, COUNT(*) FROM inbox
-            WHERE state IN ('completed', 'dead_lettered') GROUP BY channel_instance_id, state""",
-        f"""INSERT INTO inbox_tallies (channel_instance_id, state, n)
-            SELECT i.channel_instance_id, 'unanswered', COUNT(*) FROM inbox i
-            JOIN turns t ON t.turn_id = i.turn_id
-            WHERE i.state = 'completed' AND i.result_kind = 'turn'
-                AND {unanswered_status("t.status")}
-            GROUP BY i.channel_instance_id""",
-        """INSERT INTO outbox_tallies (status, n)
-            SELECT status, COUNT(*) FROM outbox WHERE status IN ('delivered', 'dead_lettered')
-            GROUP BY status""",
+        *TALLY_SEEDS,
         "CREATE INDEX inbox_turn ON inbox(turn_id) WHERE result_kind = 'turn'",
         f"""CREATE FUNCTION hostkit_inbox_tally() RETURNS trigger
         LANGUAGE plpgsql AS $$

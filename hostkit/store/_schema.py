@@ -19,6 +19,7 @@ __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "TALLY_FOLD",
+    "TALLY_SEEDS",
     "TALLY_UNANSWERED",
     "TURN_COUNT",
     "Backfill",
@@ -1188,6 +1189,24 @@ def unanswered_inbound(row: str) -> str:
     )
 
 
+# The tallies as the rows give them, when v28 (PostgreSQL v15) creates them: the finished
+# inbounds per channel instance and state, the unanswered among them, the finished intents.
+TALLY_SEEDS = (
+    f"""INSERT INTO inbox_tallies (channel_instance_id, state, n)
+        SELECT channel_instance_id, state, COUNT(*) FROM inbox
+        WHERE state IN {_TALLIED_STATES} GROUP BY channel_instance_id, state""",
+    f"""INSERT INTO inbox_tallies (channel_instance_id, state, n)
+        SELECT i.channel_instance_id, 'unanswered', COUNT(*) FROM inbox i
+        JOIN turns t ON t.turn_id = i.turn_id
+        WHERE i.state = 'completed' AND i.result_kind = 'turn'
+            AND {unanswered_status("t.status")}
+        GROUP BY i.channel_instance_id""",
+    f"""INSERT INTO outbox_tallies (status, n)
+        SELECT status, COUNT(*) FROM outbox WHERE status IN {_TALLIED_STATUSES}
+        GROUP BY status""",
+)
+
+
 _V28_TALLIES = Migration(
     28,
     "inbox and outbox: finished rows counted as they change, not on every count",
@@ -1224,18 +1243,7 @@ _V28_TALLIES = Migration(
             status TEXT NOT NULL,
             n INTEGER NOT NULL
         )""",
-        f"""INSERT INTO inbox_tallies (channel_instance_id, state, n)
-            SELECT channel_instance_id, state, COUNT(*) FROM inbox
-            WHERE state IN {_TALLIED_STATES} GROUP BY channel_instance_id, state""",
-        f"""INSERT INTO inbox_tallies (channel_instance_id, state, n)
-            SELECT i.channel_instance_id, 'unanswered', COUNT(*) FROM inbox i
-            JOIN turns t ON t.turn_id = i.turn_id
-            WHERE i.state = 'completed' AND i.result_kind = 'turn'
-                AND {unanswered_status("t.status")}
-            GROUP BY i.channel_instance_id""",
-        f"""INSERT INTO outbox_tallies (status, n)
-            SELECT status, COUNT(*) FROM outbox WHERE status IN {_TALLIED_STATUSES}
-            GROUP BY status""",
+        *TALLY_SEEDS,
         # A turn's completed inbounds, for the turn that ends after its inbound completed
         # (none does through the worker, which completes with the turn's result).
         "CREATE INDEX inbox_turn ON inbox(turn_id) WHERE result_kind = 'turn'",
