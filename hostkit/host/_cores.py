@@ -71,6 +71,10 @@ async def compose_cores(
     agents = {name: agent for name, agent in config.agents.items() if name not in config.cores}
     loaded: dict[str, LoadedCore] = {}
     warnings: list[str] = []
+    if config.cores:
+        # With the registry that Host.cores (a property, so on the loop) builds: a core
+        # not promoted yet is promoted through it too.
+        await load_off_loop("hostkit.cores._mirror", "hostkit.cores._registry")
     for core_id, location in core_locations(config).items():
         try:
             try:
@@ -99,8 +103,6 @@ async def compose_cores(
                     f"core {core_id!r} has no live revision; run `{_promote_command(core_id)}`"
                 )
             agents[core_id] = compile_core(config, core)
-            # With the registry that Host.cores (a property, so on the loop) builds.
-            await load_off_loop("hostkit.cores._mirror", "hostkit.cores._registry")
             from hostkit.cores import heal_mirror
 
             healed = await heal_mirror(location, core.revision)

@@ -197,6 +197,35 @@ async def test_a_host_with_an_agent_core_reads_it_without_importing_dulwich_on_t
     assert _of(seen["on_loop"], ("dulwich", "hostkit.cores")) == []
 
 
+UNPROMOTED_CORE = (
+    COMMON
+    + """
+async def main(root):
+    reply = {"kind": "scripted", "script": [{"reply": "not from a core"}]}
+
+    async def read_status(host):
+        assert (await host.cores.status("notes")).live is None
+
+    return await turn(config(root, reply, cores=["notes"]), then=read_status)
+
+report(anyio.run(main, sys.argv[1]), ("dulwich", "hostkit.cores._registry"))
+"""
+)
+
+
+async def test_a_host_with_a_core_not_promoted_yet_builds_its_registry_off_the_loop(
+    tmp_path: Path,
+) -> None:
+    """A declared core with no live revision (the first promotion is still to come,
+    through ``host.cores``) loads the registry when the Host opens, in a worker thread,
+    all the same."""
+    make_core(tmp_path, "notes", manifest={"model": "p", "memory": False}, live=False)
+    seen = await run_fresh(UNPROMOTED_CORE, str(tmp_path))
+    assert seen["answer"] == "not from a core"
+    assert seen["loaded"] == ["dulwich", "hostkit.cores._registry"]
+    assert _of(seen["on_loop"], ("dulwich", "hostkit.cores")) == []
+
+
 MODEL_FETCH = """
 import hashlib, io, json, sys, zipfile
 from pathlib import Path

@@ -124,12 +124,13 @@ async def test_sigkill_before_the_turn_started_is_redelivered_and_runs_one_turn(
 
 
 async def killed_mid_turn_then_served(
-    root: Path, inbound_id: str, **first: Any
+    root: Path, inbound_id: str, *, lease_s: float = 1.0, **first: Any
 ) -> tuple[float, dict[str, Any]]:
     """A first worker process (``first`` options) is SIGKILLed as its turn reaches the
     model; a second one, open before the kill (so its Host's open-time recovery cannot
-    end the first one's turn), serves the inbound to its end after it. When the first
-    was killed (monotonic seconds), and the second's results."""
+    end the first one's turn), serves the inbound to its end after it. Both claim for
+    ``lease_s`` seconds. When the first was killed (monotonic seconds), and the
+    second's results."""
     marker = anyio.Path(root / "in_provider")
     ready, go = root / "second_ready", root / "second_go"
     results = root / "results.json"
@@ -140,9 +141,16 @@ async def killed_mid_turn_then_served(
         results=str(results),
         ready=str(ready),
         go=str(go),
+        lease_s=lease_s,
     )
     argv = command(
-        root=str(root), mode="serve", until=inbound_id, block=True, marker=str(marker), **first
+        root=str(root),
+        mode="serve",
+        until=inbound_id,
+        block=True,
+        marker=str(marker),
+        lease_s=lease_s,
+        **first,
     )
     async with anyio.create_task_group() as group:
         group.start_soon(run_to_end, second)
@@ -174,14 +182,19 @@ async def test_a_turn_whose_holder_may_still_live_is_waited_for_not_dead_lettere
 ) -> None:
     """The first worker runs on another machine (so its death cannot be proven: only its
     session lease's expiry frees the turn) and is killed mid-turn. Its inbox claim
-    (one second) runs out long before that lease (six): the second worker's attempts
+    (two seconds) runs out long before that lease (six): the second worker's attempts
     meet the turn still running (``TurnInProgress``) and defer the message without
     spending attempts (five would run out in under two seconds), and the first
     attempt after the lease expired ends the turn ``lost`` and completes the message
-    with that record. Nothing is run twice, nothing dead-lettered."""
+    with that record. Nothing is run twice, nothing dead-lettered.
+
+    The claims last two seconds, not one: each deferral and renewal of the second
+    worker's claim must land before the claim runs out, or the next claim counts a
+    new attempt, and on a loaded machine (a full run on two cores) one second
+    was once not enough."""
     inbound_id = await accept(tmp_path, "hello from afar")
     killed_at, results = await killed_mid_turn_then_served(
-        tmp_path, inbound_id, hostname="another-machine", session_lease_ttl_s=6.0
+        tmp_path, inbound_id, lease_s=2.0, hostname="another-machine", session_lease_ttl_s=6.0
     )
     record = await inbound(tmp_path, inbound_id)
     turns, messages = await turns_and_messages(tmp_path, inbound_id)
