@@ -30,7 +30,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -65,6 +65,9 @@ from hostkit.store._writer import map_sqlite_error
 __all__ = ["PgStore"]
 
 T = TypeVar("T")
+
+# A cancelled opening's cancel request and the wait for its query to end, together.
+_CANCEL_WAIT_S = 1.0
 
 # Runs of a write before it takes the writer lock alone (its last run).
 _OPTIMISTIC_RUNS = 4
@@ -131,6 +134,51 @@ class _Call:
     def gave_up(self) -> bool:
         """Whether the caller stopped waiting (read under the calls lock)."""
         return self.abandoned
+
+
+async def _ended_when_cancelled(
+    conn: psycopg.AsyncConnection[Any], work: Callable[[], Awaitable[T]]
+) -> T:
+    """``work()`` on ``conn``, which a cancellation of the caller does not reach: that
+    sends a cancel request and waits for the work to end, together at most
+    ``_CANCEL_WAIT_S``, then cuts the connection's socket (the work ends at once on a lost
+    connection), and the cancellation goes on. psycopg's own answer to a cancelled query
+    waits up to 5 s for the cancel request and 5 s more for the query: on an unreachable
+    or frozen server, a stop signal while the Host opened took 9 s to end it, not the
+    4 s docs/service.md gives. A server that answers ends the query itself, so none of
+    this Host's backends is left queued for a lock."""
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+    finished = anyio.Event()
+
+    async def run() -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                outcome.append(await work())
+            except BaseException as exc:  # the caller's to raise, not the task group's
+                failure.append(exc)
+            finally:
+                finished.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        try:
+            await finished.wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_WAIT_S):
+                with contextlib.suppress(psycopg.Error):
+                    await conn.cancel_safe(timeout=_CANCEL_WAIT_S)
+                await finished.wait()
+            if not finished.is_set():
+                with (
+                    contextlib.suppress(OSError, psycopg.Error),
+                    _socket_copy(conn.pgconn.socket) as sock,
+                ):
+                    sock.shutdown(socket.SHUT_RDWR)
+            raise
+    if failure:
+        raise failure[0]
+    return outcome[0]
 
 
 def _socket_copy(fileno: int) -> socket.socket:
@@ -331,23 +379,29 @@ class PgStore(RowStore):
             opening = WaitLimit()
             follow_opening_limit(opening.limit)
             async with migrating as conn:
-                refused = encoding_refusal(conn.info.parameter_status("server_encoding"), location)
-                if refused is not None:
-                    raise refused
-                sample = await _clock_sample(conn)
-                if abs(sample.skew) > max_clock_skew_s:
-                    raise ClockSkew(
-                        skew_s=sample.skew, max_skew_s=max_clock_skew_s, database=location
+
+                async def checked_and_upgraded() -> tuple[ClockSample, PgMigrationReport]:
+                    status = conn.info.parameter_status("server_encoding")
+                    refused = encoding_refusal(status, location)
+                    if refused is not None:
+                        raise refused
+                    sample = await _clock_sample(conn)
+                    if abs(sample.skew) > max_clock_skew_s:
+                        raise ClockSkew(
+                            skew_s=sample.skew, max_skew_s=max_clock_skew_s, database=location
+                        )
+                    report = await upgrade(
+                        conn,
+                        migrations=PG_MIGRATIONS if migrations is None else migrations,
+                        location=location,
+                        backup=None
+                        if backup_dir is None
+                        else functools.partial(dump_and_verify, url, backup_dir, location=location),
+                        limit=opening,
                     )
-                report = await upgrade(
-                    conn,
-                    migrations=PG_MIGRATIONS if migrations is None else migrations,
-                    location=location,
-                    backup=None
-                    if backup_dir is None
-                    else functools.partial(dump_and_verify, url, backup_dir, location=location),
-                    limit=opening,
-                )
+                    return sample, report
+
+                sample, report = await _ended_when_cancelled(conn, checked_and_upgraded)
             try:
                 await anyio.to_thread.run_sync(
                     functools.partial(pool.open, wait=True, timeout=connect_timeout_s)
