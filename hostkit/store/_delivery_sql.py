@@ -26,6 +26,7 @@ from hostkit.store._delivery import (
 )
 from hostkit.store._inbox_checks import MAX_PRUNE
 from hostkit.store._owned import now as now_text
+from hostkit.store._tallies import fold_alone
 from hostkit.types import (
     DELIVERY_STATUSES,
     MAX_METADATA_CHARS,
@@ -176,7 +177,10 @@ class SqlDeliveryStore(DeliveryStore):
         payloads = checks.check_finite("payload_before", payload_before)
         tombstones = checks.check_finite("tombstone_before", tombstone_before)
         most = checks.check_count("limit", limit, MAX_PRUNE)
-        return await self._db.write(lambda raw: rows.prune_rows(raw, payloads, tombstones, most))
+        report = await self._db.write(lambda raw: rows.prune_rows(raw, payloads, tombstones, most))
+        if report.tombstones_removed:
+            await self._db.write(fold_alone)
+        return report
 
     async def intents(
         self, *, status: DeliveryStatus | None = None, limit: int = 100

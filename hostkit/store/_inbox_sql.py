@@ -24,6 +24,7 @@ from hostkit.store._inbox import (
     InboxRoom,
     InboxStore,
 )
+from hostkit.store._tallies import fold_alone
 from hostkit.types import (
     ChannelCounts,
     ClaimedInbound,
@@ -190,7 +191,10 @@ class SqlInboxStore(InboxStore):
         payloads = checks.check_finite("payload_before", payload_before)
         tombstones = checks.check_finite("tombstone_before", tombstone_before)
         most = checks.check_count("limit", limit, checks.MAX_PRUNE)
-        return await self._db.write(lambda raw: rows.prune_rows(raw, payloads, tombstones, most))
+        report = await self._db.write(lambda raw: rows.prune_rows(raw, payloads, tombstones, most))
+        if report.tombstones_removed:
+            await self._db.write(fold_alone)
+        return report
 
     async def counts(self) -> tuple[ChannelCounts, ...]:
         return await self._db.read(rows.channel_counts)

@@ -75,6 +75,23 @@ async def test_counts_equal_a_full_recount_after_any_history(
         assert await scalar(store, f"SELECT COUNT(*) FROM {table}_tally_deltas") < TALLY_FOLD
 
 
+async def test_retention_alone_folds_the_deltas_of_what_it_removed(store: RuntimeStore) -> None:
+    """A database that only retention changes (no claim folds on PostgreSQL: a Host that
+    serves no channel, an operator's prune) still folds: what a count reads besides the
+    tallies stays under a fold's worth, and the counts stay exact."""
+    assert isinstance(store, RowStore)
+    session_id = await store.create_session(owner_kind="system", principal_id="suite")
+    await insert_finished(store, TALLY_FOLD, session_id=session_id)
+    for table in (store.inbox, store.delivery):
+        report = await table.prune(
+            payload_before=NOW + 1, tombstone_before=NOW + 1, limit=2 * TALLY_FOLD
+        )
+        assert report.tombstones_removed == TALLY_FOLD
+    assert await counted(store) == await recount(store)
+    for table in ("inbox", "outbox"):
+        assert await scalar(store, f"SELECT COUNT(*) FROM {table}_tally_deltas") < TALLY_FOLD
+
+
 async def test_concurrent_claimers_leave_the_counts_exact(store: RuntimeStore) -> None:
     """Workers completing, dead-lettering and delivering at once (on PostgreSQL, each in
     its own transaction on the pool) lose no delta and count none twice, across a fold."""
