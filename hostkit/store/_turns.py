@@ -94,8 +94,9 @@ class TurnStore(ABC):
         ``SessionLease`` every later write of the turn carries.
         ``ttl_s`` must be in (0, ``MAX_LEASE_TTL_S``]. A COMMIT whose answer
         was lost (a connection that broke) is read back: the admission if it
-        landed, else a retryable ``StoreError`` (the request id is still free,
-        or finds the turn that landed).
+        landed, else a retryable ``StoreError`` (the request id is still free);
+        when it cannot be read back either, a retryable ``StoreOutcomeUnknown``:
+        the turn may hold its session (its request id finds it).
         """
 
     @abstractmethod
@@ -300,8 +301,15 @@ class SqlTurnStore(TurnStore):
                 landed = await self._db.read(
                     lambda conn: leases.admitted_by(conn, admission, owner)
                 )
-            except StoreError:
-                landed = None
+            except StoreError as exc:
+                # Still unknown (the database is down): the turn may hold its session now.
+                unknown = StoreOutcomeUnknown(
+                    "the connection broke during the admission's COMMIT and it could not be "
+                    f"read back ({exc.message}): the turn may have been admitted; admitting "
+                    "the request again is safe"
+                )
+                unknown.retryable = True
+                raise unknown from None
             if landed is not None:
                 return landed
             # Admission is idempotent by request id: a turn that landed is found again.

@@ -269,7 +269,7 @@ class TurnExecution:
                         raise caught
                     if isinstance(outcome, TurnState):
                         if outcome.status == "running" and await leases.end_abandoned(
-                            outcome.turn_id
+                            outcome.turn_id, outcome.session_id
                         ):
                             # A retry of a turn whose end this Host could not write (the
                             # store failed then): ended lost now, so the retry reads that.

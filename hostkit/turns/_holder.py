@@ -29,6 +29,7 @@ from hostkit.errors import (
     NotFoundOrUnauthorized,
     ScopeError,
     StoreError,
+    StoreOutcomeUnknown,
     TurnRejected,
 )
 from hostkit.store import (
@@ -63,6 +64,9 @@ _LAPSED_UNDER_EFFECT = (
 # after the lapse, and the renewal try in flight then may hold the cut back by a third of
 # one (its own bound), leaving the last third for the effect to stop.
 _EFFECT_CUT = 1 / 3
+# Turns whose admission may have landed unseen, remembered at most (each is a COMMIT whose
+# answer a broken connection lost while the database could not be read: rare).
+_UNSEEN_KEPT = 1024
 
 Admission = AdmittedTurn | TurnState | SessionBusy
 
@@ -96,6 +100,12 @@ class LeaseHolder:
         # Leases of turns this Host stopped driving without a terminal record (the store
         # failed): the next local admission of their session ends them first.
         self._abandoned: dict[str, SessionLease] = {}
+        # Turns whose admission may have landed unseen (its COMMIT's answer was lost and
+        # could not be read back): should one hold its session, nobody drives it, so the
+        # next local admission of that session ends it as an abandoned one. In arrival
+        # order, the oldest forgotten past ``_UNSEEN_KEPT`` (its session then waits out
+        # the lease, as before).
+        self._unseen: dict[str, None] = {}
 
     async def owner(self) -> LeaseOwner:
         """This Host as a lease owner (reads ``/proc`` once, off the event loop)."""
@@ -196,7 +206,12 @@ class LeaseHolder:
         except StoreError as exc:
             # The admission transaction rolled back whole (a COMMIT whose answer was lost was
             # read back by the store first): nothing of the turn exists, so the request id
-            # stays free for a retry (which the store's error says is worth it).
+            # stays free for a retry (which the store's error says is worth it). Unless it
+            # could not be read back: then the turn may hold its session, remembered here.
+            if isinstance(exc, StoreOutcomeUnknown):
+                self._unseen[admission.turn_id] = None
+                if len(self._unseen) > _UNSEEN_KEPT:
+                    del self._unseen[next(iter(self._unseen))]
             rejected = TurnRejected(f"the store could not admit the turn: {exc.message}")
             rejected.retryable = exc.retryable
             raise rejected from exc
@@ -206,16 +221,34 @@ class LeaseHolder:
 
         A session held by a turn this Host abandoned is freed at once.
         """
-        if await self.end_abandoned(busy.holder_turn_id):
+        if await self.end_abandoned(busy.holder_turn_id, busy.session_id):
             return
         await ticket.wait(busy.session_id)
 
-    async def end_abandoned(self, turn_id: str) -> bool:
-        """End ``turn_id`` ``lost`` now if this Host gave up on recording it (``leave``):
-        True once its session is free. False for any other turn, or while the store
-        still fails (the lease is left again)."""
+    async def end_abandoned(self, turn_id: str, session_id: str) -> bool:
+        """End ``turn_id`` ``lost`` now if this Host gave up on recording it (``leave``)
+        or never saw its admission land: True once its session is free. False for any
+        other turn, or while the store still fails (the lease is left again)."""
         stale = self._abandoned.pop(turn_id, None)
+        if stale is None and turn_id in self._unseen:
+            stale = await self._landed_unseen(turn_id, session_id)
         return stale is not None and await self.abandon(stale)
+
+    async def _landed_unseen(self, turn_id: str, session_id: str) -> SessionLease | None:
+        """The lease of ``turn_id`` (whose admission this Host never saw land) if it holds
+        ``session_id`` for this Host; None otherwise, or while the store still fails."""
+        try:
+            with anyio.fail_after(self._abandon_timeout_s):
+                lease = await self._store.turns.session_lease(session_id)
+        except (HostkitError, TimeoutError) as exc:
+            _log.warning("turn %s: could not read its session's lease: %s", turn_id, _reason(exc))
+            return None
+        # Known now: it holds the session (ended next), or it never did, or no longer does.
+        self._unseen.pop(turn_id, None)
+        owner = await self.owner()
+        if lease is None or (lease.turn_id, lease.owner) != (turn_id, owner.encode()):
+            return None
+        return lease
 
     # -- running turns ----------------------------------------------------------------
 
@@ -379,6 +412,7 @@ class LeaseHolder:
             _log.warning("could not end this Host's remaining turns: %s", exc)
         else:
             self._abandoned.clear()
+            self._unseen.clear()
 
 
 class _RenewalLog:

@@ -1006,3 +1006,27 @@ async def test_an_admission_whose_commit_did_not_land_is_retryable_and_the_id_st
     again = await runtime.turns.admit(wanted, owner=live, ttl_s=60)
     assert isinstance(again, Admitted)
     assert again.lease.turn_id == wanted.turn_id
+
+
+async def test_an_admission_that_could_not_be_read_back_says_its_outcome_is_unknown(
+    runtime: RuntimeStore,
+    resolver: AuthorityResolver,
+    live: LeaseOwner,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The database went down with the COMMIT: the turn may hold its session, which the
+    # Host must know to free it. It used to be told that nothing of it had landed.
+    async def unreadable(fn: Any) -> Any:
+        raise StoreError("read failed: the database is down", retryable=True)
+
+    scope = await conversation(resolver)
+    lost_answers(runtime, monkeypatch, landed=True)
+    monkeypatch.setattr(runtime, "read", unreadable)
+    wanted = admission(scope)
+    with pytest.raises(StoreOutcomeUnknown) as caught:
+        await runtime.turns.admit(wanted, owner=live, ttl_s=60)
+    assert caught.value.retryable  # admission is keyed by its request id
+    monkeypatch.undo()
+    held = await runtime.turns.session_lease(scope.session_id or "")
+    assert held is not None
+    assert held.turn_id == wanted.turn_id

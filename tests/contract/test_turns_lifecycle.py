@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -15,11 +16,12 @@ from hostkit.errors import (
     LeaseLost,
     ProviderError,
     StoreError,
+    StoreOutcomeUnknown,
     TurnInfrastructureError,
     TurnRejected,
 )
 from hostkit.host import Host
-from hostkit.store import FAILED_NOTICE, SessionLease
+from hostkit.store import FAILED_NOTICE, SessionLease, _lease_rows
 from hostkit.store._turns import SqlTurnStore
 from hostkit.testing import CallTools, Fail, Reply, ScriptedModel
 from hostkit.types import ModelLimits, ModelMessage, ResumeSession, TurnRequest
@@ -315,6 +317,53 @@ async def test_a_turn_without_its_terminal_record_does_not_block_its_session(
             (caught.value.durable_result_ref, "lost"),
             (follow.turn_id, "completed"),
         ]
+
+
+@pytest.mark.parametrize("retry", ["new_request", "same_request"])
+async def test_an_admission_that_landed_and_could_not_be_read_back_does_not_block_its_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, retry: str
+) -> None:
+    # The admission's COMMIT landed, its answer was lost and the database went down before
+    # it could be read back (a server crash): the turn holds its session with nobody to
+    # drive it. Its session used to stay blocked until the lease expired (a minute).
+    async def unreadable(fn: Any) -> Any:
+        raise StoreError("read failed: the database is down", retryable=True)
+
+    async with open_host(tmp_path, ScriptedModel([Reply("ok")], repeat_last=True)) as host:
+        store, real_admit = host.store, _lease_rows.admit
+        real_write = store.write
+        admitting: list[int] = []
+
+        def admit(*args: Any, **kwargs: Any) -> Any:
+            admitting.append(1)
+            return real_admit(*args, **kwargs)
+
+        async def write(fn: Any) -> Any:
+            admitting.clear()
+            written = await real_write(fn)
+            if not admitting:
+                return written
+            monkeypatch.setattr(store, "read", unreadable)
+            raise StoreOutcomeUnknown("the connection broke during COMMIT")
+
+        monkeypatch.setattr(_lease_rows, "admit", admit)
+        monkeypatch.setattr(store, "write", write)
+        first = request()
+        with pytest.raises(TurnRejected) as caught:
+            await host.turns.run(first)
+        monkeypatch.undo()
+        assert caught.value.retryable
+        [(stranded, status)] = await turn_rows(host)
+        assert status == "running"
+        with anyio.fail_after(10):
+            follow = await host.turns.run(request() if retry == "new_request" else first)
+        if retry == "same_request":
+            # The request's turn, ended lost for it: a retry reads that record.
+            assert (follow.turn_id, follow.outcome) == (stranded, "lost")
+            assert await turn_rows(host) == [(stranded, "lost")]
+        else:
+            assert follow.outcome == "completed"
+            assert await turn_rows(host) == [(stranded, "lost"), (follow.turn_id, "completed")]
 
 
 async def test_late_writes_after_the_terminal_record_are_refused(tmp_path: Path) -> None:
