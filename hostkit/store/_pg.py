@@ -66,7 +66,8 @@ __all__ = ["PgStore"]
 
 T = TypeVar("T")
 
-# A cancelled opening's cancel request and the wait for its query to end, together.
+# A cancelled opening's cancel request and the wait for its query to end, together; and
+# the wait after its socket was cut.
 _CANCEL_WAIT_S = 1.0
 
 # Runs of a write before it takes the writer lock alone (its last run).
@@ -139,22 +140,28 @@ class _Call:
 async def _ended_when_cancelled(
     conn: psycopg.AsyncConnection[Any], work: Callable[[], Awaitable[T]]
 ) -> T:
-    """``work()`` on ``conn``, which a cancellation of the caller does not reach: that
-    sends a cancel request and waits for the work to end, together at most
-    ``_CANCEL_WAIT_S``, then cuts the connection's socket (the work ends at once on a lost
-    connection), and the cancellation goes on. psycopg's own answer to a cancelled query
-    waits up to 5 s for the cancel request and 5 s more for the query: on an unreachable
-    or frozen server, a stop signal while the Host opened took 9 s to end it, not the
-    4 s docs/service.md gives. A server that answers ends the query itself, so none of
-    this Host's backends is left queued for a lock."""
+    """``work()`` on ``conn``, which a cancellation of the caller does not reach at once:
+    that sends a cancel request and waits for the work to end, together at most
+    ``_CANCEL_WAIT_S``; then cuts the connection's socket (a wait on it ends at once, on
+    a lost connection) and waits as long again; then cancels the work itself (a wait
+    elsewhere: the backup's pg_dump, which a cancellation kills); and goes on.
+
+    psycopg's own answer to a cancelled query waits up to 5 s for the cancel request
+    and 5 s more for the query: on an unreachable or frozen server, a stop signal while
+    the Host opened took 9 s to end it, not the 4 s docs/service.md gives. A server that
+    answers ends the query itself, so none of this Host's backends is left queued for a
+    lock. The socket is cut before the work is cancelled, so psycopg's answer never runs.
+    """
     outcome: list[T] = []
     failure: list[BaseException] = []
     finished = anyio.Event()
+    stopped = anyio.CancelScope()
 
     async def run() -> None:
         with anyio.CancelScope(shield=True):
             try:
-                outcome.append(await work())
+                with stopped:
+                    outcome.append(await work())
             except BaseException as exc:  # the caller's to raise, not the task group's
                 failure.append(exc)
             finally:
@@ -165,16 +172,20 @@ async def _ended_when_cancelled(
         try:
             await finished.wait()
         except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_WAIT_S):
-                with contextlib.suppress(psycopg.Error):
-                    await conn.cancel_safe(timeout=_CANCEL_WAIT_S)
-                await finished.wait()
-            if not finished.is_set():
-                with (
-                    contextlib.suppress(OSError, psycopg.Error),
-                    _socket_copy(conn.pgconn.socket) as sock,
-                ):
-                    sock.shutdown(socket.SHUT_RDWR)
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(_CANCEL_WAIT_S):
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.cancel_safe(timeout=_CANCEL_WAIT_S)
+                    await finished.wait()
+                if not finished.is_set():
+                    with (
+                        contextlib.suppress(OSError, psycopg.Error),
+                        _socket_copy(conn.pgconn.socket) as sock,
+                    ):
+                        sock.shutdown(socket.SHUT_RDWR)
+                    with anyio.move_on_after(_CANCEL_WAIT_S):
+                        await finished.wait()
+                stopped.cancel()
             raise
     if failure:
         raise failure[0]

@@ -1067,3 +1067,37 @@ async def test_every_connection_the_store_opens_gives_up_on_a_vanished_server_in
             group.cancel_scope.cancel()
     assert set(seen) == {"hostkit", "hostkit-migrate", "hostkit-listen"}
     assert all(found == (True, 5, 15_000) for found in seen.values()), seen
+
+
+async def test_a_cancelled_opening_stops_work_that_waits_off_its_connection(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    """The opening's work (its queries, and the backup an upgrade takes first) runs where
+    a cancellation reaches it only after a cancel request and a cut socket, which end a
+    query. Work that waits elsewhere, like the backup's pg_dump (a process, up to an
+    hour), is then cancelled itself: it is killed about 2 s after the cancellation, not
+    left to run to its end while the opening waits."""
+    url = await database(postgres_cluster)
+    pid_file = tmp_path / "dump.pid"
+
+    async def dumping() -> None:  # as dump_and_verify runs pg_dump
+        await anyio.run_process(["sh", "-c", f'echo $$ > "{pid_file}"; exec sleep 60'])
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        started = time.monotonic()
+        with anyio.move_on_after(0.5) as scope:
+            await pg_module._ended_when_cancelled(conn, dumping)
+        took = time.monotonic() - started
+        assert scope.cancelled_caught
+        assert took < 0.5 + 3.5, took
+        pid = int(pid_file.read_text())
+        with anyio.fail_after(5):
+            while True:  # the process is reaped by run_process's cancellation
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                await anyio.sleep(0.05)
+        # Its connection was cut: the opening goes no further on it.
+        with pytest.raises(psycopg.OperationalError):
+            await conn.execute("SELECT 1")
