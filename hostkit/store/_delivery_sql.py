@@ -10,12 +10,11 @@ written.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from hostkit.errors import InvalidValue, StoreError
+from hostkit.errors import InvalidValue
 from hostkit.store import _checks as checks
 from hostkit.store import _delivery_rows as rows
 from hostkit.store._checks import MAX_CLAIM_OWNERS
@@ -27,7 +26,6 @@ from hostkit.store._delivery import (
 )
 from hostkit.store._inbox_checks import MAX_PRUNE
 from hostkit.store._owned import now as now_text
-from hostkit.store._tallies import fold_alone
 from hostkit.types import (
     DELIVERY_STATUSES,
     MAX_METADATA_CHARS,
@@ -180,10 +178,7 @@ class SqlDeliveryStore(DeliveryStore):
         most = checks.check_count("limit", limit, MAX_PRUNE)
         report = await self._db.write(lambda raw: rows.prune_rows(raw, payloads, tombstones, most))
         if report.tombstones_removed:
-            # Best effort: the rows are gone (the report stands), and the deltas a fold
-            # that failed leaves are folded by the next claim or pass.
-            with contextlib.suppress(StoreError):
-                await self._db.write(fold_alone)
+            await self._db.fold_after_retention()
         return report
 
     async def intents(

@@ -10,11 +10,10 @@ encoded here, on the caller's side, before a job is queued; bad input raises
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from hostkit.errors import InboxFull, StoreError
+from hostkit.errors import InboxFull
 from hostkit.store import _inbox_checks as checks
 from hostkit.store import _inbox_rows as rows
 from hostkit.store._checks import MAX_CLAIM_OWNERS
@@ -25,7 +24,6 @@ from hostkit.store._inbox import (
     InboxRoom,
     InboxStore,
 )
-from hostkit.store._tallies import fold_alone
 from hostkit.types import (
     ChannelCounts,
     ClaimedInbound,
@@ -194,10 +192,7 @@ class SqlInboxStore(InboxStore):
         most = checks.check_count("limit", limit, checks.MAX_PRUNE)
         report = await self._db.write(lambda raw: rows.prune_rows(raw, payloads, tombstones, most))
         if report.tombstones_removed:
-            # Best effort: the rows are gone (the report stands), and the deltas a fold
-            # that failed leaves are folded by the next claim or pass.
-            with contextlib.suppress(StoreError):
-                await self._db.write(fold_alone)
+            await self._db.fold_after_retention()
         return report
 
     async def counts(self) -> tuple[ChannelCounts, ...]:

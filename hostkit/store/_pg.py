@@ -59,6 +59,7 @@ from hostkit.store._pg_schema import INBOX_CHANNEL, PG_MIGRATIONS
 from hostkit.store._pg_url import check_url, redact_url
 from hostkit.store._row_store import RowStore
 from hostkit.store._schema import Migration
+from hostkit.store._tallies import fold_alone
 from hostkit.store._wait_limit import WaitLimit, follow_opening_limit
 from hostkit.store._writer import map_sqlite_error
 
@@ -573,6 +574,13 @@ class PgStore(RowStore):
         if self._closed:
             raise StoreClosed()
         await listen(self._url, INBOX_CHANNEL, wake, connect_timeout_s=self._connect_timeout_s)
+
+    async def fold_after_retention(self) -> None:
+        """Fold in a transaction of its own (``fold_alone``). Best effort: the pass's rows
+        are gone and its report stands; the deltas a failed fold leaves are folded by
+        the next claim or pass."""
+        with contextlib.suppress(StoreError):
+            await self.write(fold_alone)
 
     # -- transactions ----------------------------------------------------------------
 

@@ -122,6 +122,13 @@ class RowStore(RuntimeStore):
         """See ``InboxStore.watch``: this adapter cannot be told, so it returns at once."""
         return
 
+    async def fold_after_retention(self) -> None:
+        """After a retention pass deleted finished rows: fold their tallies' deltas where
+        the engine does not fold as it counts (``_tallies``). SQLite's trigger does, so
+        this adapter opens no transaction for it (one would wait for another process's
+        write lock, for nothing)."""
+        return
+
     # -- authority -------------------------------------------------------------------
 
     def bind_authority(self) -> ScopeMint:

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hostkit.store import RowStore, RuntimeStore, _delivery_sql, _inbox_sql
+from hostkit.store import RowStore, RuntimeStore, _pg
 from hostkit.store._schema import TALLY_FOLD, TALLY_UNANSWERED
 from hostkit.types import UNANSWERED_OUTCOMES, InboundEnvelope, InboundFailure, InboundResult
 from tests.contract._delivery_adapters import ROUTE
@@ -104,13 +104,36 @@ async def test_a_fold_that_fails_after_retention_leaves_its_report_standing(
     def failing(conn: sqlite3.Connection) -> None:
         raise sqlite3.OperationalError("disk I/O error")
 
-    for module in (_inbox_sql, _delivery_sql):
-        monkeypatch.setattr(module, "fold_alone", failing)
+    monkeypatch.setattr(_pg, "fold_alone", failing)  # SQLite does not fold apart
     session_id = await store.create_session(owner_kind="system", principal_id="suite")
     await insert_finished(store, 10, session_id=session_id)
     for table in (store.inbox, store.delivery):
         report = await table.prune(payload_before=NOW + 1, tombstone_before=NOW + 1, limit=100)
         assert report.tombstones_removed == 10
+    assert await counted(store) == await recount(store)
+
+
+@pytest.mark.sqlite_only("SQLite's trigger folds as it counts; PostgreSQL folds apart")
+async def test_a_retention_pass_on_sqlite_is_one_write_transaction(
+    store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing is left to fold after the deletion, so no second transaction is opened
+    for it: one would wait for another process's write lock, for nothing."""
+    assert isinstance(store, RowStore)
+    session_id = await store.create_session(owner_kind="system", principal_id="suite")
+    await insert_finished(store, 10, session_id=session_id)
+    write, writes = store.write, []
+
+    async def counted_write(fn: Any) -> Any:
+        writes.append(fn)
+        return await write(fn)
+
+    monkeypatch.setattr(store, "write", counted_write)
+    for table in (store.inbox, store.delivery):
+        writes.clear()
+        report = await table.prune(payload_before=NOW + 1, tombstone_before=NOW + 1, limit=100)
+        assert report.tombstones_removed == 10
+        assert len(writes) == 1
     assert await counted(store) == await recount(store)
 
 
