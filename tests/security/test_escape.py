@@ -11,7 +11,10 @@ check is the same inside bubblewrap's PID namespace and outside it.
 
 from __future__ import annotations
 
+import ctypes
+import os
 import signal
+import subprocess
 import sys
 import textwrap
 import uuid
@@ -299,14 +302,66 @@ async def test_nothing_survives_a_host_killed_with_sigkill(
     assert child.returncode == -signal.SIGKILL
 
 
-async def test_the_host_is_a_child_subreaper(runs: Runs) -> None:
-    # PR_GET_CHILD_SUBREAPER: the flag is set once a supervisor exists.
-    import ctypes
-
+def subreaper() -> bool:
+    """PR_GET_CHILD_SUBREAPER of this process."""
     libc = ctypes.CDLL(None, use_errno=True)
     flag = ctypes.c_int(0)
     assert libc.prctl(37, ctypes.byref(flag), 0, 0, 0) == 0
-    assert flag.value == 1
+    return bool(flag.value)
+
+
+def own_zombie(pid: int) -> bool:
+    """Whether ``pid`` is a zombie child of this process (nothing here would reap it)."""
+    try:
+        proc = psutil.Process(pid)
+        return proc.ppid() == os.getpid() and proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def orphan_of_this_process() -> int:
+    """Blocking: what a notebook's ``!cmd &`` does: a shell starts a short command in the
+    background and exits at once, orphaning it; its pid."""
+    done = subprocess.run(
+        ["/bin/sh", "-c", "sleep 0.2 & echo $!"], capture_output=True, text=True, check=True
+    )
+    return int(done.stdout)
+
+
+async def test_the_host_is_a_child_subreaper_while_it_owns_a_run(runs: Runs, marker: str) -> None:
+    """An orphan that escapes a run's init comes back to the Host while the run lives."""
+    assert not subreaper()
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: runs.call("terminal.run", argv=[PY3, "-c", SLEEP, marker]))
+        await wait_marked(marker, 1)
+        assert subreaper()
+        group.cancel_scope.cancel()
+    assert not subreaper()
+
+
+async def test_the_processs_own_orphans_are_never_left_zombies_of_it_after_a_run(
+    runs: Runs,
+) -> None:
+    """The Host shares its process (a notebook's kernel, a script). Made a subreaper for
+    good, it adopted every orphan of the process's own children, and nothing reaped them:
+    ``!cmd &`` in a notebook left a zombie for each command, for the kernel's life."""
+    outcome = await runs.call("terminal.run", argv=[PY3, "-c", "pass"])
+    assert outcome.status == "succeeded", outcome
+    orphans = [await anyio.to_thread.run_sync(orphan_of_this_process) for _ in range(3)]
+    await anyio.sleep(1.0)
+    assert [pid for pid in orphans if own_zombie(pid)] == []
+
+
+async def test_a_process_that_was_a_subreaper_before_stays_one(runs: Runs, marker: str) -> None:
+    """An embedding process's own supervisor choice (a container's init, say) is kept."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(36, 1, 0, 0, 0) == 0
+    try:
+        outcome = await runs.call("terminal.run", argv=[PY3, "-c", "pass"])
+        assert outcome.status == "succeeded", outcome
+        assert subreaper()
+    finally:
+        libc.prctl(36, 0, 0, 0, 0)
 
 
 KILL_THE_INIT = """

@@ -9,9 +9,10 @@ kills what is left when the command exits), with the caller's pipes, and
 yields an ``OwnedProcess`` over the same ``_Tree``: snapshots the caller takes
 (before closing stdin, say) and periodic ones make every process ever seen in
 the tree known by pid and start time, so one that left the group (``setsid``)
-is still ended, whether or not the root already exited. The Host becomes a
-child subreaper here too, without a supervisor: an init killed from inside
-hands its orphans to the Host, not to the machine's init.
+is still ended, whether or not the root already exited. The Host's process is
+a child subreaper while the tree lives here too, without a supervisor
+(``adopting``): an init killed from inside hands its orphans to the Host, not
+to the machine's init.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import anyio
 from anyio.abc import Process
 
 from hostkit.builtins.process._process_tree import ProcessOwner, _Tree
-from hostkit.builtins.process._reaper import become_subreaper, read_report, spawn_under_init
+from hostkit.builtins.process._reaper import adopting, read_report, spawn_under_init
 from hostkit.types import new_id
 
 __all__ = ["OwnedProcess", "owned_process"]
@@ -101,26 +102,26 @@ async def owned_process(
     ``env`` is the child's whole environment. Raises ``OSError`` when the
     program cannot be started (nothing is left running then).
     """
-    become_subreaper()
-    spawned_at = time.time()
-    # Shielded: a cancellation between the spawn and the try below would leak the tree.
-    with anyio.CancelScope(shield=True):
-        process, report = await spawn_under_init(
-            argv, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr
-        )
-        tree = _Tree(
-            process,
-            spawn_id=new_id("spawn"),
-            spawned_at=spawned_at,
-            grace_s=grace_s,
-            confirm_s=confirm_s,
-        )
-        owned = OwnedProcess(process, tree, report)
-    try:
+    with adopting():
+        spawned_at = time.time()
+        # Shielded: a cancellation between the spawn and the try below would leak the tree.
         with anyio.CancelScope(shield=True):
-            await tree.record()
-        yield owned
-    finally:
-        with anyio.CancelScope(shield=True):
-            await owned.end()
-        owned.close_report()
+            process, report = await spawn_under_init(
+                argv, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr
+            )
+            tree = _Tree(
+                process,
+                spawn_id=new_id("spawn"),
+                spawned_at=spawned_at,
+                grace_s=grace_s,
+                confirm_s=confirm_s,
+            )
+            owned = OwnedProcess(process, tree, report)
+        try:
+            with anyio.CancelScope(shield=True):
+                await tree.record()
+            yield owned
+        finally:
+            with anyio.CancelScope(shield=True):
+                await owned.end()
+            owned.close_report()

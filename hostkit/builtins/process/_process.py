@@ -56,7 +56,7 @@ from hostkit.builtins.process._process_streams import (
     _write_chunks,
 )
 from hostkit.builtins.process._process_tree import ProcessOwner, _Cause, _Tree
-from hostkit.builtins.process._reaper import become_subreaper, read_report, spawn_under_init
+from hostkit.builtins.process._reaper import adopting, read_report, spawn_under_init
 from hostkit.errors import InvalidValue, RuntimeFailure, bounded
 from hostkit.types import is_count, is_seconds, new_id
 
@@ -240,7 +240,6 @@ class ProcessSupervisor(AsyncResource):
     def __init__(self) -> None:
         self._trees: set[_Tree] = set()
         self._closed = False
-        become_subreaper()  # orphans of an owned tree come back to the Host, never to init
 
     @property
     def closed(self) -> bool:
@@ -462,61 +461,63 @@ async def run_process(
         )
         control._finish(outcome)
         return outcome
-    spawn_id = new_id("spawn")
-    spawned_at = time.time()
-    # Shielded: a cancellation landing between creating the files or the process and
-    # adopting it would leak them. Both steps are short; cancellation lands right after.
-    with anyio.CancelScope(shield=True):
-        process, sinks, report = await _spawn(
-            command,
-            cwd=cwd,
-            env=environment,
-            artifact_dir=Path(artifact_dir),
-            spawn_id=spawn_id,
-            tail_chars=tail_chars,
-            max_output_bytes=max_output_bytes,
-            min_free_bytes=min_free_bytes,
-        )
-    tree = _Tree(
-        process,
-        spawn_id=spawn_id,
-        spawned_at=spawned_at,
-        grace_s=grace_s,
-        confirm_s=confirm_s,
-        max_processes=max_processes,
-    )
-    supervisor._adopt(tree)
-    try:
-        run = _Run(
-            process,
-            tree,
-            sinks,
-            deadline_s=deadline_s,
-            began=began,
-            max_processes=max_processes,
-            report=report,
-            control=control,
-        )
-        try:
-            await tree.record()
-            control._attach(tree)
-            outcome = await run.supervise(
-                snapshot_interval_s=snapshot_interval_s, drain_grace_s=drain_grace_s
-            )
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                control._finish(await run.abandon(drain_grace_s=drain_grace_s))
-            raise
-    finally:
-        supervisor._release(tree)
-        if report is not None:
-            os.close(report)
-        # A cancellation that lands before a sink's task ran leaves its artifact open.
+    # Orphans of the tree come back to this process, never to init, until it was ended.
+    with adopting():
+        spawn_id = new_id("spawn")
+        spawned_at = time.time()
+        # Shielded: a cancellation landing between creating the files or the process and
+        # adopting it would leak them. Both steps are short; cancellation lands right after.
         with anyio.CancelScope(shield=True):
-            for sink in sinks:
-                await sink.release()
-    control._finish(outcome)
-    return outcome
+            process, sinks, report = await _spawn(
+                command,
+                cwd=cwd,
+                env=environment,
+                artifact_dir=Path(artifact_dir),
+                spawn_id=spawn_id,
+                tail_chars=tail_chars,
+                max_output_bytes=max_output_bytes,
+                min_free_bytes=min_free_bytes,
+            )
+        tree = _Tree(
+            process,
+            spawn_id=spawn_id,
+            spawned_at=spawned_at,
+            grace_s=grace_s,
+            confirm_s=confirm_s,
+            max_processes=max_processes,
+        )
+        supervisor._adopt(tree)
+        try:
+            run = _Run(
+                process,
+                tree,
+                sinks,
+                deadline_s=deadline_s,
+                began=began,
+                max_processes=max_processes,
+                report=report,
+                control=control,
+            )
+            try:
+                await tree.record()
+                control._attach(tree)
+                outcome = await run.supervise(
+                    snapshot_interval_s=snapshot_interval_s, drain_grace_s=drain_grace_s
+                )
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    control._finish(await run.abandon(drain_grace_s=drain_grace_s))
+                raise
+        finally:
+            supervisor._release(tree)
+            if report is not None:
+                os.close(report)
+            # A cancellation that lands before a sink's task ran leaves its artifact open.
+            with anyio.CancelScope(shield=True):
+                for sink in sinks:
+                    await sink.release()
+        control._finish(outcome)
+        return outcome
 
 
 class _Run:

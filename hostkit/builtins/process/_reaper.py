@@ -25,11 +25,17 @@ machine's init, out of sight. Two things stop that on Linux:
   fd>``, write a status of its choosing, kill the init, and have the run read
   as a clean exit (or ptrace the init). Root, who may open any process's
   descriptors, is not stopped by this; nothing unsandboxed stops root.
-- The Host marks itself a child subreaper too (``become_subreaper``): if the
-  init itself is killed by something else, its orphans come back to the
-  Host, where the run's scans find them, kill them and reap them (only those
-  known to belong to one of its trees; never ``waitpid(-1)``, which would
-  steal exit statuses from asyncio's child watcher).
+- The Host's process is a child subreaper too, while it owns a tree
+  (``adopting``): if the init itself is killed by something else, its
+  orphans come back to the Host, where the run's scans find them, kill them
+  and reap them (only those known to belong to one of its trees; never
+  ``waitpid(-1)``, which would steal exit statuses from asyncio's child
+  watcher and from ``Popen``). Only while a tree lives: the flag makes the
+  process adopt *every* orphan of its descendants, and the Host shares its
+  process with others (a notebook's ``!cmd &``, a script's ``subprocess.run``
+  of a daemon), whose orphans then stay zombies of it, since nothing may reap
+  them. When the last tree ends the flag is cleared, unless the process was a
+  subreaper before (its own supervisor's choice, kept).
 """
 
 from __future__ import annotations
@@ -37,10 +43,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import anyio
@@ -49,7 +57,7 @@ from anyio.abc import Process
 
 __all__ = [
     "INIT",
-    "become_subreaper",
+    "adopting",
     "executable",
     "init_argv",
     "read_report",
@@ -153,24 +161,74 @@ def main():
 main()
 """
 
-_SUBREAPER: list[bool] = []
+PR_GET_CHILD_SUBREAPER = 37
 
 
-def _prctl(option: int, value: int) -> bool:
+class _Adoption:
+    """How many trees this process owns now, and whether it set the subreaper flag for them.
+
+    Hosts may run on several threads' loops: the first tree's setting and the last
+    one's clearing happen under the lock, never interleaved.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.trees = 0
+        self.set_here = False
+
+
+_ADOPTION = _Adoption()
+
+
+def _forget_after_fork() -> None:
+    # A forked child owns none of its parent's trees, and the flag is not inherited.
+    global _ADOPTION
+    _ADOPTION = _Adoption()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(option, value, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
 
 
-def become_subreaper() -> bool:
-    """Mark this process a child subreaper once (Linux); whether it is one."""
-    if not sys.platform.startswith("linux"):
-        return False
-    if not _SUBREAPER:
-        _SUBREAPER.append(_prctl(PR_SET_CHILD_SUBREAPER, 1))
-    return _SUBREAPER[0]
+def _is_subreaper(libc: ctypes.CDLL) -> bool:
+    flag = ctypes.c_int(0)
+    return int(libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)) == 0 and bool(
+        flag.value
+    )
+
+
+@contextlib.contextmanager
+def adopting() -> Iterator[None]:
+    """This process is a child subreaper while the block runs (Linux; see the module doc).
+
+    Enter it before a tree is spawned and leave it once the tree was ended, so
+    an orphan of the tree comes back here for its whole life. Nothing to do
+    elsewhere, or where prctl cannot be called (the per-run init still keeps
+    the tree's orphans).
+    """
+    libc = _libc() if sys.platform.startswith("linux") else None
+    if libc is None:
+        yield
+        return
+    with _ADOPTION.lock:
+        _ADOPTION.trees += 1
+        if _ADOPTION.trees == 1 and not _is_subreaper(libc):
+            _ADOPTION.set_here = int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    try:
+        yield
+    finally:
+        with _ADOPTION.lock:
+            _ADOPTION.trees -= 1
+            if _ADOPTION.trees == 0 and _ADOPTION.set_here:
+                libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+                _ADOPTION.set_here = False
 
 
 def init_argv(
