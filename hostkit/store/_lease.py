@@ -169,6 +169,19 @@ class LeaseOwner:
             return "dead"
         return seen
 
+    def closed_here(self) -> bool:
+        """Whether this owner is a Host of this very process that closed (``retire``):
+        its process runs (it is this one), its Host does not. ``liveness`` calls such
+        an owner dead; what is said of it must not be that its process is gone.
+        (Reads ``/proc``: not on the loop.)"""
+        return (
+            self.pid == os.getpid()
+            and self.instance not in _live_instances
+            and self.host == socket.gethostname()
+            and self.machine == machine_identity()
+            and self._seen_here() == "alive"
+        )
+
     def runs_here_maybe(self) -> bool:
         """Whether a process with this owner's pid and start time runs where this one
         looks: how an owner that recorded no machine, which ``liveness`` cannot

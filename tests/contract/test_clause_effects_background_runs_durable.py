@@ -427,6 +427,39 @@ async def test_a_dead_hosts_run_is_marked_orphaned_and_its_tree_ended(
     assert dict(event.data) == {"run_id": "run_dead", "state": "orphaned"}
 
 
+async def test_a_run_of_a_host_closed_in_this_process_is_orphaned_as_closed_not_gone(
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path
+) -> None:
+    """A notebook closes a Host whose run's end could not be written, then opens another:
+    the run is orphaned and its tree ended, and the reason says that Host closed; its
+    process, this one, is not gone."""
+    scope = await session_of(authority)
+    closed = await me("host_closed")
+    leftover = await anyio.open_process(
+        [PY, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+    async with leftover:
+        started = await anyio.to_thread.run_sync(lambda: psutil.Process(leftover.pid).create_time())
+        await store.terminal_runs.insert(new_run(scope, "run_closed", closed))
+        await store.terminal_runs.mark_started(
+            "run_closed", pid=leftover.pid, pid_start=started, spawn_id="spawn_closed"
+        )
+        closed.retire()
+        async with host_process(store, authority, tmp_path, "host_new") as host:
+            assert await host.journal.recover() == 1
+            with anyio.fail_after(WAIT_S):
+                await leftover.wait()
+    record = await store.terminal_runs.get(
+        "run_closed", principal_id=scope.principal_id, session_id=scope.session_id or ""
+    )
+    assert record is not None
+    assert record.state == "orphaned"
+    assert record.reason is not None
+    assert "the Host that owned the run, in this process, closed" in record.reason
+    assert "gone" not in record.reason
+    assert "were killed" in record.reason
+
+
 async def test_status_of_a_dead_hosts_run_reports_it_orphaned(
     store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path
 ) -> None:

@@ -205,7 +205,12 @@ class RunJournal:
         killed, alive = await anyio.to_thread.run_sync(
             _end_tree, record.pid, record.pid_start, self.kill_confirm_s
         )
-        reason = f"the Host process {owner.pid} that owned the run is gone"
+        if await anyio.to_thread.run_sync(owner.closed_here):
+            reason = (
+                "the Host that owned the run, in this process, closed without recording its end"
+            )
+        else:
+            reason = f"the Host process {owner.pid} that owned the run is gone"
         if killed:
             reason += f"; {killed} process(es) of its tree were still running and were killed"
         if alive:
