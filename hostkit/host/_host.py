@@ -765,6 +765,15 @@ class Host(AsyncResource):
         self._retired.append(previous)
         # The rest finishes what is installed, also when the caller is cancelled.
         await uninterrupted(self._retired_whole(previous, config, capabilities is not None))
+        # An outage's backlog goes to a changed provider now, not after its backoff.
+        changed = (
+            tuple(config.agents)
+            if capabilities is not None
+            else _provider_changed(previous.config, config)
+        )
+        if changed:
+            for worker in list(self._workers):
+                await worker.providers_changed(changed)
         return self._generation.number
 
     async def _build_changed_tools(
@@ -1371,6 +1380,20 @@ def _authority_changed(previous: HostConfig, config: HostConfig, supplied: bool)
     """Whether what any agent is granted may differ from ``previous``: new capability
     sources were ``supplied``, or something outside the agents' own sections changed."""
     return supplied or _outside_agents(previous) != _outside_agents(config)
+
+
+def _provider_changed(previous: HostConfig, config: HostConfig) -> tuple[str, ...]:
+    """The agents whose model provider ``config`` changed: another provider, or its
+    ``[providers.<name>]`` section edited (a fixed base URL, a key, a model)."""
+    return tuple(
+        name
+        for name, agent in config.agents.items()
+        if (before := previous.agents.get(name)) is not None
+        and (
+            before.provider != agent.provider
+            or previous.providers.get(before.provider) != config.providers.get(agent.provider)
+        )
+    )
 
 
 def _outside_agents(config: HostConfig) -> dict[str, object]:

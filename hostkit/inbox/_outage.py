@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -178,6 +179,25 @@ class ProviderOutages:
             round(outage.retry_at - now, 1),
         )
         return outage.take(outage.retry_at)
+
+    def probe_now(self, agents: Collection[str], now: float) -> list[tuple[str, Wake]]:
+        """``agents``' model providers changed (a reload fixed a base URL, or moved them to
+        another provider during the outage): each of their open breakers lets its next
+        probe go now, not after its backoff, and hands back the inbounds it deferred,
+        due now. As a new opening: a probe still running on the old provider says
+        nothing of the new one (its failure counts for nothing; an answer still closes)."""
+        wakes = []
+        for agent in agents:
+            outage = self._open.get(agent)
+            if outage is None:
+                continue
+            outage.opening = next(self._openings)
+            outage.probing = False
+            outage.retry_at = outage.touched = now
+            _log.info("agent %s: its model provider changed; probing it now", agent)
+            if (wake := outage.take(now)) is not None:
+                wakes.append((agent, wake))
+        return wakes
 
     def views(self, now: float) -> tuple[OutageView, ...]:
         """The open breakers, by agent (an idle one is forgotten first)."""

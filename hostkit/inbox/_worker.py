@@ -30,7 +30,7 @@ this package depends on no turn machinery.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -576,6 +576,14 @@ class InboxWorker(Background):
         else:
             assert error is not None
             await self._failed(claimed, error)
+
+    async def providers_changed(self, agents: Collection[str]) -> None:
+        """A new configuration changed ``agents``' model providers: an open breaker of one
+        probes the new provider at once, with the inbounds it deferred due again
+        (``ProviderOutages.probe_now``), instead of after a backoff of up to
+        ``max_delay_s``. A wake that fails leaves them due at their deferral's end."""
+        for agent, wake in self.outages.probe_now(agents, self._clock()):
+            await self._wake(agent, wake)
 
     async def _wait_out(self, claimed: ClaimedInbound, agent: str, due: float) -> None:
         """Defer an inbound of an agent whose provider is unreachable until ``due``."""

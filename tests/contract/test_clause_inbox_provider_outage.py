@@ -34,9 +34,10 @@ from hostkit.adapters.openai_chat import OpenAIChatProvider
 from hostkit.adapters.scripted import CallTools, Fail, Reply, ScriptedModel
 from hostkit.effects import AuthoredTool
 from hostkit.errors import InvalidValue, ProviderError
-from hostkit.host import Host
+from hostkit.host import Host, HostConfig, parse_config
 from hostkit.inbox import ChannelInbox, InboxWorker, ProviderOutages, RetryPolicy, outage_checks
 from hostkit.providers import RetryPolicy as ProviderRetries
+from hostkit.testing import capabilities
 from hostkit.types import (
     ConversationFacts,
     InboundEnvelope,
@@ -198,6 +199,124 @@ async def test_a_queued_backlog_waits_out_the_outage_and_is_answered_after_it(
     messages = [r.getMessage() for r in caplog.records]
     assert sum("model provider is unreachable" in m for m in messages) == 1, messages
     assert sum("model provider answers again" in m for m in messages) == 1, messages
+
+
+async def test_applying_a_fixed_provider_answers_the_backlog_without_waiting_the_backoff(
+    tmp_path: Path, wire: WireServer
+) -> None:
+    """A Host's worker: the provider answers 503 and the breaker opens for ten minutes; an
+    operator moves the agent to another provider (``apply_config``, as a reload): the
+    deferred messages are answered in seconds, not after the backoff."""
+    outage = Outage()
+    wire.respond = outage.respond
+    policy = RetryPolicy(
+        max_attempts=2, base_delay_s=600.0, max_delay_s=600.0, jitter=0.0, provider_wait_s=3600.0
+    )
+    provider = OpenAIChatProvider(
+        model="gpt-4o",
+        base_url=f"{wire.base_url}/v1",
+        api_key="sk-test-outage",
+        retry=ProviderRetries(max_attempts=1, base_delay_s=0.0, max_delay_s=0.0),
+    )
+    fallback = ScriptedModel([Reply("the fallback answers")], repeat_last=True)
+    async with provider, open_host(tmp_path, provider) as host:
+        inbox = ChannelInbox.on_store(host.store, policy=policy)
+        now = time.time()
+        queued = [
+            (await inbox.accept(envelope(f"question {n}", received_at=now))).inbound_id
+            for n in range(3)
+        ]
+        worker = host.inbox_worker(
+            inbox=inbox, route=lambda channel: "assistant", concurrency=1, idle_poll_s=0.02
+        )
+        async with worker:
+
+            async def deferred() -> bool:
+                # The first found the outage; the two behind it wait out its backoff.
+                found = await records(inbox, queued)
+                later = time.time() + 60.0
+                return sum(r.attempt == 0 and (r.due_at or 0) > later for r in found) == 2
+
+            await until(deferred, timeout_s=10.0)
+            await host.apply_config(host.declared_config, capabilities=capabilities(fallback))
+
+            async def all_ended() -> bool:
+                return all(r.state == "completed" for r in await records(inbox, queued))
+
+            await until(all_ended, timeout_s=10.0)
+        statuses = [await turn_status(host, r.turn_id) for r in await records(inbox, queued)]
+        assert sorted(statuses) == ["completed", "completed", "failed"]
+        assert outage.answered == 0
+
+
+@pytest.mark.sqlite_only("which agents a reload changed; the wake runs on both engines above")
+async def test_a_reloaded_file_that_moves_the_agent_to_another_provider_probes_at_once(
+    tmp_path: Path, wire: WireServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ``hostkit serve`` reloads: the configuration is read again and applied, the agent
+    now on another provider. Its breaker probes at once; an agent whose provider did not
+    change keeps its backoff (a reload that touches nothing of it is no news of it)."""
+    outage = Outage()
+    wire.respond = outage.respond
+    monkeypatch.setenv("HOSTKIT_TEST_OUTAGE_KEY", "sk-test-outage")
+    down = {"kind": "openai", "base_url": f"{wire.base_url}/v1", "model": "gpt-4o"}
+    down["api_key_env"] = "HOSTKIT_TEST_OUTAGE_KEY"
+
+    def written(provider: str) -> HostConfig:
+        return parse_config(
+            {
+                "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
+                "providers": {
+                    "down": down,
+                    "fixed": {"kind": "scripted", "script": [{"reply": "the fixed one"}]},
+                },
+                "agents": {
+                    "assistant": {"provider": provider, "memory": False},
+                    "sales": {"provider": "down", "memory": False},
+                },
+            },
+            base_dir=tmp_path,
+        )
+
+    policy = RetryPolicy(
+        max_attempts=2, base_delay_s=600.0, max_delay_s=600.0, jitter=0.0, provider_wait_s=3600.0
+    )
+    async with Host.open(written("down")) as host:
+        inbox = ChannelInbox.on_store(host.store, policy=policy)
+        now = time.time()
+        queued = [
+            (await inbox.accept(envelope(f"question {n}", received_at=now))).inbound_id
+            for n in range(2)
+        ]
+        sales = [
+            (
+                await inbox.accept(envelope(f"s{n}", channel=OTHER_CHANNEL, received_at=now))
+            ).inbound_id
+            for n in range(2)
+        ]
+        worker = host.inbox_worker(
+            inbox=inbox,
+            route=lambda channel: "sales" if channel == OTHER_CHANNEL else "assistant",
+            concurrency=1,
+            idle_poll_s=0.02,
+        )
+        async with worker:
+
+            async def deferred() -> bool:
+                found = await records(inbox, [*queued, *sales])
+                later = time.time() + 60.0
+                return sum(r.attempt == 0 and (r.due_at or 0) > later for r in found) == 2
+
+            await until(deferred, timeout_s=20.0)
+            await host.apply_config(written("fixed"))
+
+            async def answered() -> bool:
+                return all(r.state == "completed" for r in await records(inbox, queued))
+
+            await until(answered, timeout_s=10.0)
+            assert [v.agent for v in worker.outages.views(inbox.now())] == ["sales"]
+            (waiting,) = [r for r in await records(inbox, sales) if r.attempt == 0]
+            assert (waiting.due_at or 0) > time.time() + 60.0
 
 
 # -- the breaker's rules: a worker over the in-memory inbox, on a moved clock --------
@@ -516,6 +635,44 @@ def test_a_probe_of_an_earlier_opening_reports_into_no_later_one() -> None:
     assert (due, again) == (3.5 + 8.0, None), "the new probe still holds the slot"
     outages.ended("a", 4.0, "unavailable", probe=new, reason="HTTP 503")
     assert outages.views(4.0)[0].failures == 2
+
+
+@IN_MEMORY
+async def test_a_changed_provider_is_probed_at_once_with_the_backlog_due_again() -> None:
+    """A reload that fixes the agent's provider (or moves it to another one during the
+    outage) does not leave the backlog waiting out a backoff of up to ``max_delay_s``: the
+    breaker probes at once, and the inbounds it deferred are due now, in their order."""
+    b = bench(base_delay_s=600.0, max_delay_s=600.0)
+    await b.accept("m0")
+    assert await b.worker.drain() == 1  # finds the outage: the breaker opens for 600 s
+    waiting = [await b.accept(text) for text in ("m1", "m2")]
+    assert await b.worker.drain() == 2  # both deferred, unspent
+    assert [(await b.state(i))[:2] for i in waiting] == [("ready", 0)] * 2
+    b.turns.outage = False  # the new configuration's provider answers
+    b.clock.advance(1.0)
+    assert await b.worker.drain() == 0  # without a reload: still the backoff
+
+    await b.worker.providers_changed(["down", "up"])
+    assert await b.worker.drain() == 2
+    assert [text for _, text in b.turns.ran[1:]] == ["m1", "m2"]
+    assert not b.worker.outages.views(b.clock())
+
+
+@IN_MEMORY
+def test_a_probe_begun_before_the_provider_changed_counts_for_nothing() -> None:
+    """A probe still running on the old provider when the new one came: its failure
+    neither backs the new provider off nor frees the slot of the probe that went at once."""
+    outages = ProviderOutages(RetryPolicy(base_delay_s=60.0, max_delay_s=60.0, jitter=0.0))
+    outages.ended("a", 0.0, "unavailable", probe=None, reason="HTTP 503")
+    _, old = outages.admit("a", 61.0)
+    assert old is not None
+    assert outages.probe_now(["a", "b"], 62.0) == []  # nothing was deferred
+    due, new = outages.admit("a", 62.0)
+    assert (due, new is not None, new != old) == (None, True, True)
+    assert outages.ended("a", 63.0, "unavailable", probe=old, reason="HTTP 503") is None
+    (view,) = outages.views(63.0)
+    assert view.failures == 1
+    assert outages.admit("a", 63.0)[1] is None, "the new probe still holds the slot"
 
 
 @IN_MEMORY
