@@ -531,6 +531,39 @@ async def test_memory_stays_bounded_while_a_child_prints_200_mb(
     assert growth < 100 * MB, f"RSS grew by {growth / MB:.1f} MB"
 
 
+async def test_a_tree_that_keeps_forking_keeps_only_its_members_that_may_still_exist(
+    supervisor: ProcessSupervisor, tmp_path: Path
+) -> None:
+    # Every member ever seen used to be kept for reaping at the end: a background run
+    # whose shell forks a short child each second grew by one entry a second for as long
+    # as it ran, though its parent had reaped each one.
+    forker = (
+        "import os, time\n"
+        "print('ready', flush=True)\n"
+        "while True:\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        time.sleep(0.03)\n"
+        "        os._exit(0)\n"
+        "    os.waitpid(pid, 0)\n"
+    )
+    async with anyio.create_task_group() as group:
+        control, outcomes = await started_run(
+            supervisor, tmp_path, forker, group, snapshot_interval_s=0.01
+        )
+        (tree,) = supervisor._trees
+        seen: set[int] = set()
+        with anyio.fail_after(WAIT_S):
+            while len(seen) < 25:  # distinct children the snapshots found
+                seen.update(control.tracked_pids())
+                assert len(tree._seen) <= 6
+                await anyio.sleep(0.005)
+        control.cancel()
+    (outcome,) = outcomes
+    assert outcome.status == "cancelled"
+    assert outcome.cleanup_confirmed
+
+
 async def test_a_run_cancelled_as_it_begins_closes_its_artifacts(
     supervisor: ProcessSupervisor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -161,6 +161,19 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def _vanished(members: Sequence[psutil.Process]) -> list[psutil.Process]:
+    """Blocking: the members no longer in the process table (a zombie is still there; a
+    reused pid is another process: ``is_running`` compares start times)."""
+    return [proc for proc in members if not _in_table(proc)]
+
+
+def _in_table(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running()
+    except psutil.Error:
+        return True  # not known to be gone: kept
+
+
 def _wait_gone(members: Sequence[psutil.Process], timeout_s: float) -> None:
     # A worker-thread poll: these are not our children, so there is nothing to wait on.
     deadline = time.monotonic() + timeout_s
@@ -193,7 +206,8 @@ class _Tree:
         self._confirm_s = confirm_s
         self._root: psutil.Process | None = None
         self._known: dict[int, psutil.Process] = {}
-        self._seen: dict[int, psutil.Process] = {}  # every member ever seen, for reaping
+        # Every member seen that may still be handed to the Host as a zombie, for reaping.
+        self._seen: dict[int, psutil.Process] = {}
         self._recorded = anyio.Event()
         self._ending: anyio.Event | None = None
         self._confirmed = False
@@ -259,6 +273,13 @@ class _Tree:
         for pid, proc in before.items():
             if pid not in live and self._known.get(pid) is proc:
                 del self._known[pid]
+        # A member gone from the process table was reaped (by its parent): never the Host's
+        # to reap. Kept, a tree that forks for as long as it runs grew by each child.
+        ended = [proc for pid, proc in self._seen.items() if pid not in live]
+        if ended:
+            for proc in await anyio.to_thread.run_sync(_vanished, ended):
+                if self._seen.get(proc.pid) is proc:
+                    del self._seen[proc.pid]
         members = list(live.values())
         adopted = await anyio.to_thread.run_sync(_adopted, members, self._root)
         self._orphans.update((proc.pid, proc) for proc in adopted)
