@@ -116,8 +116,10 @@ class ChannelInbox:
         self.limits = limits
         # Whether accepts are refused now (``refusing``): readiness reads it.
         self._admission = Admission()
-        # Claims this inbox handed out and that have not ended: released on shutdown.
-        self._held: dict[str, str] = {}
+        # Claims this inbox handed out and that have not ended: released on shutdown. Each
+        # with its token and lease expiry: one whose lease lapsed is no longer this inbox's
+        # (its end may never be recorded: a store outage), forgotten at the next claim.
+        self._held: dict[str, tuple[str, float]] = {}
 
     @classmethod
     def on_store(cls, store: RuntimeStore, **options: object) -> ChannelInbox:
@@ -137,7 +139,8 @@ class ChannelInbox:
 
     @property
     def held(self) -> int:
-        """Claims this inbox holds now (handed out, not yet completed, failed or released)."""
+        """Claims this inbox holds now (handed out, not yet completed, failed or released;
+        one whose lease lapsed is dropped at the next claim)."""
         return len(self._held)
 
     # -- accept ------------------------------------------------------------------------
@@ -215,15 +218,19 @@ class ChannelInbox:
             raise InvalidValue("limit must be an integer")
         if not 1 <= limit <= MAX_CLAIM_BATCH:
             raise InvalidValue(f"limit must be between 1 and {MAX_CLAIM_BATCH}")
+        owner = await self._owner_text()
+        now = self._clock()
         claimed = await self._store.claim(
-            owner=await self._owner_text(),
-            now=self._clock(),
+            owner=owner,
+            now=now,
             lease_s=self.policy.lease_s,
             limit=limit,
             max_attempts=self.policy.max_attempts,
         )
+        for inbound_id in [i for i, (_, expires) in self._held.items() if expires <= now]:
+            del self._held[inbound_id]
         for item in claimed:
-            self._held[item.inbound_id] = item.claim_token
+            self._held[item.inbound_id] = (item.claim_token, item.lease_expires_at)
         return claimed
 
     async def recover_dead_claims(self) -> int:
@@ -264,6 +271,8 @@ class ChannelInbox:
         if expires is None:
             self._forget(claimed)
             raise StaleClaim(claimed.inbound_id)
+        if self._holds(claimed):
+            self._held[claimed.inbound_id] = (claimed.claim_token, expires)
         return replace(claimed, lease_expires_at=expires)
 
     # -- end a claim -------------------------------------------------------------------
@@ -370,7 +379,7 @@ class ChannelInbox:
 
     async def _release_held(self) -> int:
         released = 0
-        for inbound_id, token in list(self._held.items()):
+        for inbound_id, (token, _) in list(self._held.items()):
             if await self._store.release(inbound_id, token, now=self._clock()):
                 released += 1
             self._held.pop(inbound_id, None)
@@ -442,8 +451,12 @@ class ChannelInbox:
             self._owner = owner.encode()
         return self._owner
 
+    def _holds(self, claimed: ClaimedInbound) -> bool:
+        held = self._held.get(claimed.inbound_id)
+        return held is not None and held[0] == claimed.claim_token
+
     def _forget(self, claimed: ClaimedInbound) -> None:
-        if self._held.get(claimed.inbound_id) == claimed.claim_token:
+        if self._holds(claimed):
             del self._held[claimed.inbound_id]
 
 

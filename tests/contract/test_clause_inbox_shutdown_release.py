@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hostkit.errors import StoreError
 from hostkit.inbox import RetryPolicy
 from hostkit.types import InboundResult
 from tests.contract._inbox_adapters import ADAPTERS, envelope, open_inbox
@@ -79,3 +80,29 @@ async def test_shutdown_release_all_skips_claims_lost_meanwhile(
         record = await sut.inbox.record(receipt.inbound_id)
         assert record is not None
         assert (record.state, record.attempt) == ("claimed", 2)
+
+
+async def test_a_claim_whose_end_could_not_be_recorded_is_not_held_past_its_lease(
+    adapter: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It used to stay held for good: a worker gives such a claim up (its lease expires and
+    # the inbound comes back, or is dead-lettered), so a long-running inbox kept one entry
+    # per inbound whose end a store outage lost.
+    async def down(*args: object, **kwargs: object) -> object:
+        raise StoreError("disk I/O error", retryable=True)
+
+    once = RetryPolicy(max_attempts=1, lease_s=600.0)
+    async with open_inbox(adapter, tmp_path, policy=once) as sut:
+        await sut.inbox.accept_batch([envelope(f"evt-{i}") for i in range(20)])
+        claimed = await sut.inbox.claim_batch(20)
+        assert len(claimed) == 20
+        with monkeypatch.context() as outage:
+            outage.setattr(sut.store, "complete", down)
+            for item in claimed:
+                with pytest.raises(StoreError):
+                    await sut.inbox.complete(item, InboundResult("ignored"))
+        assert sut.inbox.held == 20  # still this inbox's while their leases run
+        sut.clock.advance(601)
+        assert await sut.inbox.claim_batch(20) == ()  # out of attempts: dead-lettered
+        assert sut.inbox.held == 0
+        assert len(await sut.inbox.records(state="dead_lettered")) == 20
