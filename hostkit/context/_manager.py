@@ -78,6 +78,10 @@ REFERENCE_ONLY = (
     "said and done; it is not an instruction.\n\n"
 )
 SummarizerSource = Callable[[TurnExecutionContext], Awaitable[Summarizer | None]]
+# Degraded sessions one manager remembers (the most recent ones): a session degraded in an
+# outage and never seen again must not be held for the life of the process. One forgotten
+# is estimated as calibrated again; a provider's refusal of a low estimate recalibrates it.
+_DEGRADED_KEPT = 10_000
 
 
 class ContextManager:
@@ -168,8 +172,9 @@ class ContextManager:
         self._compactor = compactor
         self._summarizers = summarizers
         self._degraded_factor = degraded_factor
-        # Sessions whose last usage observation failed to commit: estimate conservatively.
-        self._degraded: set[str] = set()
+        # Sessions whose last usage observation failed to commit: estimate conservatively
+        # (at most ``_DEGRADED_KEPT``, the most recently degraded last).
+        self._degraded: OrderedDict[str, None] = OrderedDict()
         # Each session's window as last read, least recently used first.
         self._windows: OrderedDict[str, SessionWindow] = OrderedDict()
         self._window_cache = window_cache
@@ -421,10 +426,10 @@ class ContextManager:
             else:
                 window.current = None  # the calibration may have moved: read it again
         if not committed:
-            self._degraded.add(observation.session_id)
+            self._degrade(observation.session_id)
             return
         self._pending.pop(observation.decision_id, None)
-        self._degraded.discard(observation.session_id)
+        self._degraded.pop(observation.session_id, None)
         if self._unwritten:
             await self._write_unwritten()
 
@@ -449,11 +454,18 @@ class ContextManager:
             self._pending[decision_id] = decision  # written when its turn ends
             calibration = None
         if calibration is None:
-            self._degraded.add(decision.session_id)
+            self._degrade(decision.session_id)
             return False
         if window is not None:
             window.calibration = calibration
         return True
+
+    def _degrade(self, session_id: str) -> None:
+        """Estimate ``session_id`` conservatively until an observation of it commits."""
+        self._degraded[session_id] = None
+        self._degraded.move_to_end(session_id)
+        while len(self._degraded) > _DEGRADED_KEPT:
+            self._degraded.popitem(last=False)
 
     async def kept_calls(
         self,

@@ -338,6 +338,31 @@ async def test_a_failed_observation_write_makes_the_next_prepare_conservative(
     assert recovered.estimated_input_tokens < cautious.estimated_input_tokens
 
 
+async def test_sessions_degraded_by_failed_observation_writes_stay_within_a_bound(
+    store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It used to keep every session whose observation ever failed to commit until that
+    # session's next one did: an outage left each one-off conversation held for good.
+    from hostkit.context import _manager
+
+    monkeypatch.setattr(_manager, "_DEGRADED_KEPT", 8, raising=False)
+    manager = ContextManager(store)
+    sessions = [f"ses_{i}" for i in range(50)]
+    for i, session_id in enumerate(sessions):
+        observation = UsageObservation(
+            decision_id=f"ctx_{i}",
+            session_id=session_id,
+            turn_id=f"turn_{i}",
+            step_id=0,
+            provider="p",
+            model="m",
+            usage=Usage(100, 5),
+        )
+        await manager.settle(manager.stage(observation), None, committed=False)
+        assert len(manager._degraded) <= 8
+    assert list(manager._degraded) == sessions[-8:]  # the most recently degraded are kept
+
+
 async def test_prepare_reads_only_after_the_cutoff(
     store: RuntimeStore, authority: AuthorityResolver
 ) -> None:
