@@ -67,6 +67,10 @@ _EFFECT_CUT = 1 / 3
 # Turns whose admission may have landed unseen, remembered at most (each is a COMMIT whose
 # answer a broken connection lost while the database could not be read: rare).
 _UNSEEN_KEPT = 1024
+# Leases of turns whose end could not be written, remembered at most: a session never
+# asked for again would keep its entry for the life of the process. One forgotten waits
+# out its lease (or this Host's shutdown, or the next process's recovery), as before.
+_ABANDONED_KEPT = 1024
 
 Admission = AdmittedTurn | TurnState | SessionBusy
 
@@ -98,7 +102,8 @@ class LeaseHolder:
         self.waiting = SessionAdmission(wait_timeout_s=admission_timeout_s)
         self._abandon_timeout_s = abandon_timeout_s
         # Leases of turns this Host stopped driving without a terminal record (the store
-        # failed): the next local admission of their session ends them first.
+        # failed): the next local admission of their session ends them first. In arrival
+        # order, the oldest forgotten past ``_ABANDONED_KEPT``.
         self._abandoned: dict[str, SessionLease] = {}
         # Turns whose admission may have landed unseen (its COMMIT's answer was lost and
         # could not be read back): should one hold its session, nobody drives it, so the
@@ -398,7 +403,10 @@ class LeaseHolder:
         again; its expiry, this Host's shutdown and the next process's recovery are
         the other ways out.
         """
+        self._abandoned.pop(lease.turn_id, None)  # re-inserted last: the newest
         self._abandoned[lease.turn_id] = lease
+        while len(self._abandoned) > _ABANDONED_KEPT:
+            del self._abandoned[next(iter(self._abandoned))]
 
     def stop_waiting(self) -> None:
         """Refuse new admissions and wake waiting turns (each raises ``TurnRejected``)."""

@@ -319,6 +319,34 @@ async def test_a_turn_without_its_terminal_record_does_not_block_its_session(
         ]
 
 
+async def test_turns_whose_end_could_not_be_written_are_remembered_within_a_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each such turn's lease used to be kept until its session's next turn: a store outage
+    # left one per one-off conversation for the life of the process.
+    from hostkit.turns import _holder
+
+    async def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise StoreError("disk I/O error", retryable=True)
+
+    monkeypatch.setattr(_holder, "_ABANDONED_KEPT", 3, raising=False)
+    async with open_host(tmp_path, ScriptedModel([Reply("ok")], repeat_last=True)) as host:
+        with monkeypatch.context() as patched:
+            patched.setattr(SqlTurnStore, "finish", broken)
+            patched.setattr(SqlTurnStore, "abandon", broken)
+            stranded = []
+            for n in range(10):
+                with pytest.raises(TurnInfrastructureError) as caught:
+                    await host.turns.run(request(conversation=f"c{n}"))
+                stranded.append(caught.value.durable_result_ref)
+                assert len(host.turns._leases._abandoned) <= 3
+        assert list(host.turns._leases._abandoned) == stranded[-3:]  # the newest are kept
+        # The newest one's session is freed at once by its next turn, as before.
+        with anyio.fail_after(10):
+            follow = await host.turns.run(request(conversation="c9"))
+        assert follow.outcome == "completed"
+
+
 @pytest.mark.parametrize("retry", ["new_request", "same_request"])
 async def test_an_admission_that_landed_and_could_not_be_read_back_does_not_block_its_session(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, retry: str
