@@ -393,71 +393,46 @@ async def test_a_live_hosts_run_reads_running_elsewhere_and_is_not_stopped_there
     assert record.state == "cancelled"
 
 
-async def test_a_dead_hosts_run_is_marked_orphaned_and_its_tree_ended(
-    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path
+@pytest.mark.parametrize("holder", ["died", "closed here"])
+async def test_a_gone_hosts_run_is_marked_orphaned_and_its_tree_ended(
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path, holder: str
 ) -> None:
+    """What a SIGKILLed Host could leave, or a Host a notebook closed before its run's end
+    could be written: a record still running and, against the odds, its process (in its
+    own session, as the lifecycle spawns it) still alive. The reason says which: a Host
+    closed in this process is no process gone."""
     scope = await session_of(authority)
-    dead = await dead_host()
-    # What a SIGKILLed Host could leave: a record still running and, against the odds,
-    # its process (in its own session, as the lifecycle spawns it) still alive.
+    owner = await dead_host() if holder == "died" else await me("host_closed")
     leftover = await anyio.open_process(
         [PY, "-c", "import time; time.sleep(60)"], start_new_session=True
     )
     async with leftover:
         started = await anyio.to_thread.run_sync(lambda: psutil.Process(leftover.pid).create_time())
-        await store.terminal_runs.insert(new_run(scope, "run_dead", dead))
+        await store.terminal_runs.insert(new_run(scope, "run_gone", owner))
         await store.terminal_runs.mark_started(
-            "run_dead", pid=leftover.pid, pid_start=started, spawn_id="spawn_dead"
+            "run_gone", pid=leftover.pid, pid_start=started, spawn_id="spawn_gone"
         )
+        owner.retire()
         async with host_process(store, authority, tmp_path, "host_new") as host:
             assert await host.journal.recover() == 1
-            event = await host.events.wait_for(completed("run_dead"))
+            event = await host.events.wait_for(completed("run_gone"))
             with anyio.fail_after(WAIT_S):
                 await leftover.wait()
             assert await host.journal.recover() == 0
     record = await store.terminal_runs.get(
-        "run_dead", principal_id=scope.principal_id, session_id=scope.session_id or ""
+        "run_gone", principal_id=scope.principal_id, session_id=scope.session_id or ""
     )
     assert record is not None
     assert record.state == "orphaned"
     assert record.reason is not None
-    assert f"Host process {dead.pid} that owned the run is gone" in record.reason
+    if holder == "died":
+        assert f"Host process {owner.pid} that owned the run is gone" in record.reason
+    else:
+        assert "the Host that owned the run, in this process, closed" in record.reason
+        assert "gone" not in record.reason
     assert "were killed" in record.reason
     assert leftover.returncode == -9
-    assert dict(event.data) == {"run_id": "run_dead", "state": "orphaned"}
-
-
-async def test_a_run_of_a_host_closed_in_this_process_is_orphaned_as_closed_not_gone(
-    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path
-) -> None:
-    """A notebook closes a Host whose run's end could not be written, then opens another:
-    the run is orphaned and its tree ended, and the reason says that Host closed; its
-    process, this one, is not gone."""
-    scope = await session_of(authority)
-    closed = await me("host_closed")
-    leftover = await anyio.open_process(
-        [PY, "-c", "import time; time.sleep(60)"], start_new_session=True
-    )
-    async with leftover:
-        started = await anyio.to_thread.run_sync(lambda: psutil.Process(leftover.pid).create_time())
-        await store.terminal_runs.insert(new_run(scope, "run_closed", closed))
-        await store.terminal_runs.mark_started(
-            "run_closed", pid=leftover.pid, pid_start=started, spawn_id="spawn_closed"
-        )
-        closed.retire()
-        async with host_process(store, authority, tmp_path, "host_new") as host:
-            assert await host.journal.recover() == 1
-            with anyio.fail_after(WAIT_S):
-                await leftover.wait()
-    record = await store.terminal_runs.get(
-        "run_closed", principal_id=scope.principal_id, session_id=scope.session_id or ""
-    )
-    assert record is not None
-    assert record.state == "orphaned"
-    assert record.reason is not None
-    assert "the Host that owned the run, in this process, closed" in record.reason
-    assert "gone" not in record.reason
-    assert "were killed" in record.reason
+    assert dict(event.data) == {"run_id": "run_gone", "state": "orphaned"}
 
 
 async def test_status_of_a_dead_hosts_run_reports_it_orphaned(

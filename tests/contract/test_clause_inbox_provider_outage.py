@@ -93,6 +93,18 @@ async def turn_status(host: Host, turn_id: str | None) -> str:
     return str(rows[0][0])
 
 
+def backed_off(inbox: ChannelInbox, ids: list[str], count: int) -> Callable[[], Any]:
+    """A check: ``count`` of ``ids`` wait out a breaker's long backoff (deferred at least a
+    minute from now, no attempt spent)."""
+
+    async def check() -> bool:
+        later = time.time() + 60.0
+        found = await records(inbox, ids)
+        return sum(r.attempt == 0 and (r.due_at or 0) > later for r in found) == count
+
+    return check
+
+
 # -- end to end: a real Host, a loopback provider that is down, then back -------------
 
 
@@ -110,6 +122,17 @@ class Outage:
             return wire_openai.error_reply(503, "the upstream is overloaded")
         self.answered += 1
         return wire_openai.answer_reply(Answer(deltas=("back again",)), stream=True)
+
+
+def unreachable(wire: WireServer, *, attempts: int) -> OpenAIChatProvider:
+    """The OpenAI-compatible provider ``wire`` serves (503 while its ``Outage`` is down),
+    trying each request ``attempts`` times at once."""
+    return OpenAIChatProvider(
+        model="gpt-4o",
+        base_url=f"{wire.base_url}/v1",
+        api_key="sk-test-outage",
+        retry=ProviderRetries(max_attempts=attempts, base_delay_s=0.0, max_delay_s=0.0),
+    )
 
 
 @pytest.fixture
@@ -130,12 +153,7 @@ async def test_a_queued_backlog_waits_out_the_outage_and_is_answered_after_it(
     policy = RetryPolicy(
         max_attempts=2, base_delay_s=1.0, max_delay_s=2.0, jitter=0.0, provider_wait_s=60.0
     )
-    provider = OpenAIChatProvider(
-        model="gpt-4o",
-        base_url=f"{wire.base_url}/v1",
-        api_key="sk-test-outage",
-        retry=ProviderRetries(max_attempts=2, base_delay_s=0.0, max_delay_s=0.0),
-    )
+    provider = unreachable(wire, attempts=2)
     healthy = ScriptedModel([Reply("the other agent answers")], repeat_last=True)
     caplog.set_level(logging.INFO, logger="hostkit.inbox")
     async with (
@@ -212,12 +230,7 @@ async def test_applying_a_fixed_provider_answers_the_backlog_without_waiting_the
     policy = RetryPolicy(
         max_attempts=2, base_delay_s=600.0, max_delay_s=600.0, jitter=0.0, provider_wait_s=3600.0
     )
-    provider = OpenAIChatProvider(
-        model="gpt-4o",
-        base_url=f"{wire.base_url}/v1",
-        api_key="sk-test-outage",
-        retry=ProviderRetries(max_attempts=1, base_delay_s=0.0, max_delay_s=0.0),
-    )
+    provider = unreachable(wire, attempts=1)
     fallback = ScriptedModel([Reply("the fallback answers")], repeat_last=True)
     async with provider, open_host(tmp_path, provider) as host:
         inbox = ChannelInbox.on_store(host.store, policy=policy)
@@ -230,14 +243,8 @@ async def test_applying_a_fixed_provider_answers_the_backlog_without_waiting_the
             inbox=inbox, route=lambda channel: "assistant", concurrency=1, idle_poll_s=0.02
         )
         async with worker:
-
-            async def deferred() -> bool:
-                # The first found the outage; the two behind it wait out its backoff.
-                found = await records(inbox, queued)
-                later = time.time() + 60.0
-                return sum(r.attempt == 0 and (r.due_at or 0) > later for r in found) == 2
-
-            await until(deferred, timeout_s=10.0)
+            # The first found the outage; the two behind it wait out its backoff.
+            await until(backed_off(inbox, queued, 2), timeout_s=10.0)
             await host.apply_config(host.declared_config, capabilities=capabilities(fallback))
 
             async def all_ended() -> bool:
@@ -301,13 +308,8 @@ async def test_a_reloaded_file_that_moves_the_agent_to_another_provider_probes_a
             idle_poll_s=0.02,
         )
         async with worker:
-
-            async def deferred() -> bool:
-                found = await records(inbox, [*queued, *sales])
-                later = time.time() + 60.0
-                return sum(r.attempt == 0 and (r.due_at or 0) > later for r in found) == 2
-
-            await until(deferred, timeout_s=20.0)
+            # One message of each agent found the outage; the other of each waits it out.
+            await until(backed_off(inbox, [*queued, *sales], 2), timeout_s=20.0)
             await host.apply_config(written("fixed"))
 
             async def answered() -> bool:
