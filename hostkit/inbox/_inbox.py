@@ -118,7 +118,8 @@ class ChannelInbox:
         self._admission = Admission()
         # Claims this inbox handed out and that have not ended: released on shutdown. Each
         # with its token and lease expiry: one whose lease lapsed is no longer this inbox's
-        # (its end may never be recorded: a store outage), forgotten at the next claim.
+        # (its end may never be recorded: a store outage), forgotten at the next claim,
+        # and held again should a renewal (``extend``) still succeed.
         self._held: dict[str, tuple[str, float]] = {}
 
     @classmethod
@@ -271,8 +272,10 @@ class ChannelInbox:
         if expires is None:
             self._forget(claimed)
             raise StaleClaim(claimed.inbound_id)
-        if self._holds(claimed):
-            self._held[claimed.inbound_id] = (claimed.claim_token, expires)
+        # This inbox's again, also when a claim since forgot it for its lapsed lease (the
+        # store renews a lapsed claim nobody took): shutdown must give it back unspent.
+        # One that ended meanwhile is refused by ``release`` and forgotten at its lapse.
+        self._held[claimed.inbound_id] = (claimed.claim_token, expires)
         return replace(claimed, lease_expires_at=expires)
 
     # -- end a claim -------------------------------------------------------------------

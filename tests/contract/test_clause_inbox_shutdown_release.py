@@ -106,3 +106,28 @@ async def test_a_claim_whose_end_could_not_be_recorded_is_not_held_past_its_leas
         assert await sut.inbox.claim_batch(20) == ()  # out of attempts: dead-lettered
         assert sut.inbox.held == 0
         assert len(await sut.inbox.records(state="dead_lettered")) == 20
+
+
+async def test_a_lapsed_claim_renewed_after_a_later_claim_is_still_released(
+    adapter: str, tmp_path: Path
+) -> None:
+    # A renewal that failed until the lease lapsed, then succeeded (nobody had claimed it
+    # meanwhile): the claim is this inbox's again, and shutdown gives it back unspent.
+    async with open_inbox(adapter, tmp_path, policy=POLICY) as sut:
+        first = await sut.inbox.accept(envelope("evt-1"))
+        await sut.inbox.accept(envelope("evt-2"))
+        lapsing = await sut.inbox.claim()
+        assert lapsing is not None
+        assert lapsing.inbound_id == first.inbound_id
+        sut.clock.advance(601)
+        other = await sut.inbox.claim()  # forgets the lapsed claim
+        assert other is not None
+        assert other.inbound_id != first.inbound_id
+        assert sut.inbox.held == 1
+        renewed = await sut.inbox.extend(lapsing)
+        assert renewed.lease_expires_at > sut.clock.now
+        assert sut.inbox.held == 2
+        assert await sut.inbox.release_all() == 2
+        record = await sut.inbox.record(first.inbound_id)
+        assert record is not None
+        assert (record.state, record.attempt) == ("ready", 0)

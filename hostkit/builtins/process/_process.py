@@ -8,7 +8,8 @@ terminal execution):
   grace period. (Windows Job Objects are a later adapter.) On Linux the
   spawned root is a per-run subreaper init (``_reaper``): orphans stay in the
   tree, and when the command ends the init ends everything left. The
-  supervisor makes the Host a subreaper as well, as a second net.
+  Host's process is a subreaper as well while the run lives (``adopting``),
+  as a second net.
 - An owner record of pid, pgid, spawn id and OS start time. Every signal sent
   by pid goes through a ``psutil.Process`` whose identity includes that start
   time, so a recycled pid is never signalled.
