@@ -357,7 +357,10 @@ class ToolModules:
                 )
         env = {name: os.environ[name] for name in DEFAULT_ENV_ALLOWLIST if name in os.environ}
         try:
-            out, err, problem = await _run(command, env, scratch, self._timeout_s)
+            # A scratch directory is the sandbox's: the command is bubblewrap's then.
+            out, err, problem = await _run(
+                command, env, scratch, self._timeout_s, sandboxed=scratch is not None
+            )
         except TimeoutError as exc:
             # A cold import on a loaded machine: the next build (a turn) may finish.
             raise DiscoveryUnavailable(
@@ -625,7 +628,12 @@ def _sandboxed(
 
 
 async def _run(
-    command: list[str], env: Mapping[str, str], cwd: Path | None, timeout_s: float
+    command: list[str],
+    env: Mapping[str, str],
+    cwd: Path | None,
+    timeout_s: float,
+    *,
+    sandboxed: bool,
 ) -> tuple[bytes, bytes, str | None]:
     """Run the discovery child: (stdout, stderr tail, problem or None); ``TimeoutError``
     when it is overdue.
@@ -645,6 +653,7 @@ async def _run(
             stderr=subprocess.PIPE,
             grace_s=_END_GRACE_S,
             confirm_s=_END_CONFIRM_S,
+            sandboxed=sandboxed,
         ) as owned:
             process = owned.process
             return await _read_answer(process, timeout_s)

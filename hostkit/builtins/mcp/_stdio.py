@@ -101,6 +101,7 @@ class StdioLink:
             stderr=subprocess.PIPE,
             grace_s=_TERM_GRACE_S,
             confirm_s=_KILL_WAIT_S,
+            sandboxed=self._launch.sandboxed,
         ) as owned:
             process = owned.process
             self.pid = process.pid

@@ -96,13 +96,15 @@ async def owned_process(
     stderr: int,
     grace_s: float,
     confirm_s: float,
+    sandboxed: bool = False,
 ) -> AsyncIterator[OwnedProcess]:
     """Spawn ``argv`` as an owned tree; on exit (also by cancellation) the tree is ended.
 
-    ``env`` is the child's whole environment. Raises ``OSError`` when the
-    program cannot be started (nothing is left running then).
+    ``env`` is the child's whole environment; ``sandboxed``: ``argv`` is a sandbox
+    launcher (see ``adopting``). Raises ``OSError`` when the program cannot be
+    started (nothing is left running then).
     """
-    with adopting():
+    with adopting(sandboxed=sandboxed):
         spawned_at = time.time()
         # Shielded: a cancellation between the spawn and the try below would leak the tree.
         with anyio.CancelScope(shield=True):

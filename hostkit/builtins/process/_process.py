@@ -400,6 +400,7 @@ async def run_process(
     max_processes: int | None = None,
     max_output_bytes: int | None = None,
     min_free_bytes: int | None = None,
+    sandboxed: bool = False,
 ) -> ProcessOutcome:
     """Run ``argv`` as an owned process tree and return how it ended, after cleanup.
 
@@ -418,7 +419,8 @@ async def run_process(
     so is one whose stdout or stderr passes ``max_output_bytes`` (its artifact
     keeps that much), and so is one whose output would leave less than
     ``min_free_bytes`` free on the artifacts' disk.
-    ``argv`` may itself be a sandbox launcher (``_sandbox.sandbox_argv``).
+    ``argv`` may itself be a sandbox launcher (``_sandbox.sandbox_argv``): say so
+    (``sandboxed``), and the Host's process adopts no orphan for it (``adopting``).
 
     Raises ``InvalidValue`` for bad options and ``RuntimeFailure`` when the
     supervisor is closed or the artifacts or the process cannot be created;
@@ -463,7 +465,7 @@ async def run_process(
         control._finish(outcome)
         return outcome
     # Orphans of the tree come back to this process, never to init, until it was ended.
-    with adopting():
+    with adopting(sandboxed=sandboxed):
         spawn_id = new_id("spawn")
         spawned_at = time.time()
         # Shielded: a cancellation landing between creating the files or the process and

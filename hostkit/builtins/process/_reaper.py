@@ -25,8 +25,8 @@ machine's init, out of sight. Two things stop that on Linux:
   fd>``, write a status of its choosing, kill the init, and have the run read
   as a clean exit (or ptrace the init). Root, who may open any process's
   descriptors, is not stopped by this; nothing unsandboxed stops root.
-- The Host's process is a child subreaper too, while it owns a tree
-  (``adopting``): if the init itself is killed by something else, its
+- The Host's process is a child subreaper too, while it owns an unsandboxed
+  tree (``adopting``): if the init itself is killed by something else, its
   orphans come back to the Host, where the run's scans find them, kill them
   and reap them (only those known to belong to one of its trees; never
   ``waitpid(-1)``, which would steal exit statuses from asyncio's child
@@ -205,15 +205,17 @@ def _is_subreaper(libc: ctypes.CDLL) -> bool:
 
 
 @contextlib.contextmanager
-def adopting() -> Iterator[None]:
+def adopting(*, sandboxed: bool = False) -> Iterator[None]:
     """This process is a child subreaper while the block runs (Linux; see the module doc).
 
     Enter it before a tree is spawned and leave it once the tree was ended, so
-    an orphan of the tree comes back here for its whole life. Nothing to do
-    elsewhere, or where prctl cannot be called (the per-run init still keeps
-    the tree's orphans).
+    an orphan of the tree comes back here for its whole life. Nothing to do for
+    a ``sandboxed`` tree (bubblewrap, ``--die-with-parent``, in its own PID
+    namespace: nothing in it outlives its init, so nothing of it is ever
+    orphaned out here), elsewhere, or where prctl cannot be called (the per-run
+    init still keeps the tree's orphans).
     """
-    libc = _libc() if sys.platform.startswith("linux") else None
+    libc = _libc() if sys.platform.startswith("linux") and not sandboxed else None
     if libc is None:
         yield
         return

@@ -420,6 +420,7 @@ class TerminalRuns(AsyncResource):
         options["max_output_bytes"] = policy.limits.file_size_mb * MB
         # ... and all output together leaves the Host's reserve free on the artifacts' disk.
         options["min_free_bytes"] = self._reserve or None
+        options["sandboxed"] = policy.sandboxed
         try:
             command, resolved_cwd, launcher = await anyio.to_thread.run_sync(
                 launch_argv, probe, policy, [program, *argv[1:]], workspace, fd, self._artifact_root
