@@ -125,8 +125,8 @@ class RowStore(RuntimeStore):
     async def fold_after_retention(self) -> None:
         """After a retention pass deleted finished rows: fold their tallies' deltas where
         the engine does not fold as it counts (``_tallies``). SQLite's trigger does, so
-        this adapter opens no transaction for it (one would wait for another process's
-        write lock, for nothing)."""
+        this default, SQLite's, opens no transaction for it (one would wait for another
+        process's write lock, for nothing); PostgreSQL's adapter folds."""
         return
 
     # -- authority -------------------------------------------------------------------

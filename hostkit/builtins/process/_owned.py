@@ -10,9 +10,9 @@ yields an ``OwnedProcess`` over the same ``_Tree``: snapshots the caller takes
 (before closing stdin, say) and periodic ones make every process ever seen in
 the tree known by pid and start time, so one that left the group (``setsid``)
 is still ended, whether or not the root already exited. The Host's process is
-a child subreaper while the tree lives here too, without a supervisor
-(``adopting``): an init killed from inside hands its orphans to the Host, not
-to the machine's init.
+a child subreaper while an unsandboxed tree lives here too, without a
+supervisor (``adopting``): an init killed from inside hands its orphans to the
+Host, not to the machine's init.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ terminal execution):
   grace period. (Windows Job Objects are a later adapter.) On Linux the
   spawned root is a per-run subreaper init (``_reaper``): orphans stay in the
   tree, and when the command ends the init ends everything left. The
-  Host's process is a subreaper as well while the run lives (``adopting``),
-  as a second net.
+  Host's process is a subreaper as well while an unsandboxed run lives
+  (``adopting``), as a second net.
 - An owner record of pid, pgid, spawn id and OS start time. Every signal sent
   by pid goes through a ``psutil.Process`` whose identity includes that start
   time, so a recycled pid is never signalled.
@@ -464,7 +464,8 @@ async def run_process(
         )
         control._finish(outcome)
         return outcome
-    # Orphans of the tree come back to this process, never to init, until it was ended.
+    # Orphans of an unsandboxed tree come back to this process, never to init, until it
+    # was ended.
     with adopting(sandboxed=sandboxed):
         spawn_id = new_id("spawn")
         spawned_at = time.time()
